@@ -1,0 +1,74 @@
+"""Reading what a server said when it refused: RFC 9457 problems and every older shape.
+
+Peers answer errors in at least six shapes (`{"detail"}`, `{"detail": [...]}`,
+`{"error": {...}}`, `{"error": "..."}`, problem+json, plain text). Clients must read the status
+first and then whatever code or message exists; this module is that one reading.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ServerError", "read_server_error"]
+
+_MAX_DETAIL = 500
+
+
+@dataclass(frozen=True)
+class ServerError:
+    """The server's own words about a failed request, normalised."""
+
+    status: int
+    code: str | None = None
+    detail: str | None = None
+    # RFC 9457 `errors[]` from the target spec: one entry per invalid question or field.
+    errors: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    is_problem: bool = False
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text[:_MAX_DETAIL] + ("..." if len(text) > _MAX_DETAIL else "")
+
+
+def read_server_error(status: int, content_type: str | None, body: bytes | str | Any) -> ServerError:
+    """Whatever code and message `body` carries; never raises on a body it cannot read."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    parsed: Any = body
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body).decode("utf-8", errors="replace")
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body) if body.strip() else None
+        except ValueError:
+            return ServerError(status=status, detail=_text(body) or None)
+    if not isinstance(parsed, Mapping):
+        return ServerError(status=status, detail=_text(parsed))
+    if media == "application/problem+json" or ("title" in parsed and "status" in parsed):
+        errors = parsed.get("errors")
+        return ServerError(
+            status=status,
+            code=parsed.get("code") if isinstance(parsed.get("code"), str) else None,
+            detail=_text(parsed.get("detail") or parsed.get("title")),
+            errors=tuple(e for e in errors if isinstance(e, Mapping)) if isinstance(errors, list) else (),
+            is_problem=True,
+        )
+    if "detail" in parsed:
+        return ServerError(status=status, detail=_text(parsed["detail"]))
+    error = parsed.get("error")
+    if isinstance(error, Mapping):
+        code = error.get("code") if isinstance(error.get("code"), str) else None
+        message = error.get("message") or error.get("detail")
+        if error.get("field"):
+            message = f"{error['field']}: {message}"
+        return ServerError(status=status, code=code, detail=_text(message))
+    if error is not None:
+        return ServerError(status=status, detail=_text(error))
+    return ServerError(status=status, code=parsed.get("code") if isinstance(parsed.get("code"), str) else None,
+                       detail=_text(parsed.get("message") or parsed))
