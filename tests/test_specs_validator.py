@@ -1,0 +1,204 @@
+"""`Spec.violations`: what users of the validator rely on, one behaviour per test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_laya.specs import Spec, SpecError, Violation
+
+OK_BODY = {
+    "model": "laya-rl-agent",
+    "answers": {
+        "q": {"type": "choice", "choice": "a", "probabilities": {"a": 0.7, "b": 0.3}, "confidence": 0.4},
+    },
+    "usage": {"input_tokens": 12, "output_tokens": 0},
+}
+JSON = {"content-type": "application/json"}
+
+
+def v(spec, body, status=200, headers=JSON, method="POST", path="/v1/systemone"):
+    return spec.violations(method, path, status, headers, body)
+
+
+def test_a_conforming_response_has_no_violations():
+    assert v(Spec.current(), OK_BODY) == []
+
+
+@pytest.mark.parametrize("form", ["parsed", "str", "bytes"])
+def test_body_may_be_bytes_text_or_parsed_json(form):
+    bad = json.loads(json.dumps(OK_BODY))
+    bad["answers"]["q"]["probabilities"]["a"] = 1.5
+    body = {"parsed": bad, "str": json.dumps(bad), "bytes": json.dumps(bad).encode()}[form]
+    assert [str(x) for x in v(Spec.current(), body)] == ["/body/answers/q/probabilities/a: expected <= 1, got 1.5"]
+
+
+def test_violation_says_where_what_was_expected_and_what_came():
+    body = dict(OK_BODY, usage={"output_tokens": 0})
+    [found] = v(Spec.current(), body)
+    assert isinstance(found, Violation)
+    assert (found.where, found.expected, found.actual) == ("/body/usage/input_tokens", "a required property", "absent")
+    assert found.rule.startswith("#/paths/~1v1~1systemone/post/responses/200")
+
+
+def test_every_problem_is_reported_not_just_the_first():
+    body = dict(OK_BODY, model=3, usage={"input_tokens": -1, "output_tokens": 0})
+    where = {x.where for x in v(Spec.current(), body)}
+    assert where == {"/body/model", "/body/usage/input_tokens"}
+
+
+def test_wrong_variant_is_reported_on_its_discriminator():
+    body = json.loads(json.dumps(OK_BODY))
+    body["answers"]["q"]["type"] = "ranking"
+    [found] = v(Spec.current(), body)
+    assert found.where == "/body/answers/q/type"
+    assert "choice" in found.expected and found.actual == '"ranking"'
+
+
+def test_errors_inside_the_meant_variant_are_reported_precisely():
+    body = json.loads(json.dumps(OK_BODY))
+    del body["answers"]["q"]["choice"]
+    assert [x.where for x in v(Spec.current(), body)] == ["/body/answers/q/choice"]
+
+
+def test_unknown_path_and_method_are_violations_not_exceptions():
+    [path] = v(Spec.current(), OK_BODY, path="/v2/nothing")
+    assert path.where == "/path" and "/v1/systemone" in path.expected
+    [method] = v(Spec.current(), OK_BODY, method="DELETE")
+    assert method.where == "/method" and "POST" in method.expected
+
+
+def test_query_strings_do_not_hide_the_route():
+    assert v(Spec.current(), OK_BODY, path="/v1/systemone?trace=1") == []
+
+
+def test_undocumented_status_is_a_violation():
+    [found] = v(Spec.current(), {"detail": "nope"}, status=418)
+    assert found.where == "/status" and "'200'" in found.expected and found.actual == "418"
+
+
+def test_media_type_must_be_documented_for_the_status():
+    found = v(Spec.target(), {"detail": "x"}, status=400, headers={**JSON, "x-request-id": "r1"})
+    [found] = found
+    assert found.where == "/headers/content-type"
+    assert "application/problem+json" in found.expected
+
+
+def test_raw_body_without_content_type_is_a_violation():
+    [found] = v(Spec.current(), json.dumps(OK_BODY), headers={})
+    assert found.where == "/headers/content-type" and found.actual == "absent"
+
+
+def test_invalid_json_is_a_violation():
+    [found] = v(Spec.current(), b'{"answers": ', headers=JSON)
+    assert found.where == "/body" and "invalid JSON" in found.actual
+
+
+def test_text_plain_proxy_answer_validates_as_text():
+    assert v(Spec.current(), b"backend unavailable\n", status=502, headers={"Content-Type": "text/plain; charset=utf-8"}) == []
+
+
+def test_required_headers_are_checked_for_presence_and_format():
+    spec = Spec.target()
+    problem = {"type": "/problems/overloaded", "title": "Overloaded", "status": 503, "code": "overloaded"}
+    ph = {"content-type": "application/problem+json"}
+    where = {x.where for x in v(spec, problem, status=503, headers=ph)}
+    assert where == {"/headers/x-request-id", "/headers/retry-after"}
+    bad = v(spec, problem, status=503, headers={**ph, "X-Request-Id": "has space", "Retry-After": "soon"})
+    assert {x.where for x in bad} == {"/headers/x-request-id", "/headers/retry-after"}
+    assert all("matching" in x.expected for x in bad)
+    assert v(spec, problem, status=503, headers={**ph, "x-request-id": "abc-123", "retry-after": "2"}) == []
+
+
+def test_header_names_are_case_insensitive_and_may_come_as_pairs():
+    spec = Spec.current()
+    pairs = [("Content-Type", "application/json"), ("Server-Timing", "inference;dur=3.5")]
+    assert spec.violations("POST", "/v1/systemone", 200, pairs, OK_BODY) == []
+    [bad] = spec.violations("POST", "/v1/systemone", 200, [*pairs[:1], ("SERVER-TIMING", "total;dur=1")], OK_BODY)
+    assert bad.where == "/headers/server-timing"
+
+
+def test_target_problem_code_must_fit_the_status():
+    spec = Spec.target()
+    headers = {"content-type": "application/problem+json", "x-request-id": "r1"}
+    wrong = {"type": "/problems/overloaded", "title": "x", "status": 413, "code": "overloaded"}
+    [found] = v(spec, wrong, status=413, headers=headers)
+    assert found.where == "/body/code" and "too_many_questions" in found.expected
+
+
+def test_target_invalid_question_must_name_every_question():
+    spec = Spec.target()
+    headers = {"content-type": "application/problem+json", "x-request-id": "r1"}
+    problem = {"type": "/problems/invalid_question", "title": "Invalid question", "status": 422, "code": "invalid_question"}
+    assert [x.where for x in v(spec, problem, status=422, headers=headers)] == ["/body/errors"]
+    problem["errors"] = [{"pointer": "/questions/q1/type", "detail": "unknown type"}]
+    assert [x.where for x in v(spec, problem, status=422, headers=headers)] == ["/body/errors/0/question"]
+    problem["errors"][0]["question"] = "q1"
+    assert v(spec, problem, status=422, headers=headers) == []
+
+
+def test_request_violations():
+    spec = Spec.current()
+    good = {"state": "hi", "questions": {"q": {"type": "noul", "instructions": "?"}}}
+    assert spec.request_violations("POST", "/v1/systemone", good) == []
+    assert spec.request_violations("POST", "/v1/systemone", json.dumps(good).encode()) == []
+    [missing] = spec.request_violations("POST", "/v1/systemone", {"state": "hi"})
+    assert missing.where == "/body/questions"
+    [route] = spec.request_violations("POST", "/nope", good)
+    assert route.where == "/path"
+    [bad_json] = spec.request_violations("POST", "/v1/systemone", b"{not json")
+    assert bad_json.where == "/body"
+
+
+def test_target_refuses_empty_questions_that_today_is_answered():
+    body = {"state": "hi", "questions": {}}
+    assert Spec.current().request_violations("POST", "/v1/systemone", body) == []
+    assert [x.where for x in Spec.target().request_violations("POST", "/v1/systemone", body)] == ["/body/questions"]
+
+
+def test_validators_are_compiled_once_and_reused():
+    spec = Spec.from_path(Spec.current().source)
+    spec.violations("POST", "/v1/systemone", 200, JSON, OK_BODY)
+    compiled = dict(spec._validators)
+    spec.violations("POST", "/v1/systemone", 200, JSON, OK_BODY)
+    assert spec._validators == compiled and all(spec._validators[k] is compiled[k] for k in compiled)
+
+
+def test_current_and_target_are_loaded_once():
+    assert Spec.current() is Spec.current()
+    assert Spec.target() is Spec.target()
+    assert Spec.current().name == "current" and Spec.target().name == "target"
+
+
+# -- bad spec files: one clear error naming the file and the problem --------------------
+
+def test_missing_spec_file(tmp_path):
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(SpecError, match=r"cannot read spec .*absent\.yaml"):
+        Spec.from_path(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("openapi: 3.1.0\npaths: {a: [\n", "is not valid YAML"),
+        ("- just\n- a list\n", "expected an OpenAPI document"),
+        ("openapi: 3.0.3\npaths: {/x: {get: {responses: {}}}}\n", "expected 'openapi: 3.1.x'"),
+        ("openapi: 3.1.0\ninfo: {title: t, version: '1'}\n", "no 'paths'"),
+        ("openapi: 3.1.0\npaths: {/x: {get: {summary: s}}}\n", "GET /x has no 'responses'"),
+        ("openapi: 3.1.0\npaths: {/x: {get: {responses: {'200': {$ref: '#/components/responses/Gone'}}}}}\n",
+         "points to nothing"),
+        ("openapi: 3.1.0\npaths: {/x: {get: {responses: {'200': {$ref: 'other.yaml#/a'}}}}}\n",
+         "only local \\$refs"),
+        ("openapi: 3.1.0\npaths: {/x: {get: {responses: {}}}}\ncomponents: {schemas: {Bad: {type: 12}}}\n",
+         "components/schemas/Bad is not a valid JSON Schema"),
+        ("openapi: 3.1.0\npaths: !!python/object/apply:os.system ['echo pwned']\n", "is not valid YAML"),
+    ],
+)
+def test_invalid_spec_file(tmp_path, text, message):
+    path = tmp_path / "broken.openapi.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message) as info:
+        Spec.from_path(path)
+    assert str(path) in str(info.value)
