@@ -363,9 +363,12 @@ class _ClientBase:
             self._last_identity = identity
         return _with_identity(decision, identity)
 
+    def _known_identity(self) -> ServedIdentity | None:
+        """The identity a response itself reported; nothing on the server can say more."""
+        last = self._last_identity
+        return last if last is not None and last.source == "served_by" else None
+
     def _identity_from(self, health: Health) -> ServedIdentity | None:
-        if self._last_identity is not None and self._last_identity.source == "served_by":
-            return self._last_identity
         return health.identity_for(self.settings.model) or self._last_identity
 
 
@@ -438,7 +441,7 @@ class ServedLayaClient(_ClientBase):
 
     def identity(self) -> ServedIdentity | None:
         """Which weights serve this client's model: `served_by` if seen, else /health, else routing."""
-        return self._identity_from(self.health())
+        return self._known_identity() or self._identity_from(self.health())
 
     def _send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, deadline: Deadline) -> _Attempt:
         remaining = deadline.remaining()
@@ -546,7 +549,7 @@ class AsyncServedLayaClient(_ClientBase):
         return health
 
     async def identity(self) -> ServedIdentity | None:
-        return self._identity_from(await self.health())
+        return self._known_identity() or self._identity_from(await self.health())
 
     async def _send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, deadline: Deadline) -> _Attempt:
         import anyio
