@@ -65,6 +65,24 @@ class _Attempt:
     oversized: bool = False
 
 
+class _Body:
+    """Collects a response body up to `MAX_RESPONSE_BYTES`, for both clients' read loops."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep `chunk`; False once the body is over the cap (stop reading)."""
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        return self._size <= MAX_RESPONSE_BYTES
+
+    def into(self, attempt: _Attempt, response: httpx.Response, *, complete: bool) -> None:
+        attempt.status, attempt.headers = response.status_code, response.headers
+        attempt.body, attempt.oversized = b"".join(self._chunks), not complete
+
+
 def _media_type(headers: httpx.Headers) -> str:
     return headers.get("content-type", "").split(";")[0].strip().lower()
 
@@ -194,6 +212,14 @@ class _DecisionCall:
         )
         decision = Decision(answers=answers, usage=usage, model=served_by.model if served_by else None, provenance=provenance)
         return body, decision
+
+    def conclude(self, attempt: _Attempt, attempts: int) -> tuple[dict[str, Any], Decision]:
+        """The last attempt's outcome: a Decision (identity still to fill in), or the error."""
+        if attempt.failure is not None:
+            raise self.failure_error(attempt, attempts)
+        if attempt.status != 200:
+            raise self.response_error(attempt, attempts)
+        return self.read_answer(attempt)
 
     def next_step(self, attempt: _Attempt, number: int, deadline: Deadline, policy: RetryPolicy) -> Retry | None:
         if attempt.failure is not None:
@@ -340,7 +366,7 @@ class _ClientBase:
                                        headers=attempt.headers, body=attempt.body, request_body=request_body,
                                        elapsed_s=elapsed))
 
-    def _health_error(self, attempt: _Attempt, deadline_s: float) -> LayaError:
+    def _health_error(self, attempt: _Attempt) -> LayaError:
         url = redact_url(self.settings.url)
         if attempt.failure is not None:
             call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}", code=attempt.failure.value, url=url)
@@ -351,6 +377,19 @@ class _ClientBase:
                                    server_code=said.code, server_detail=said.detail, url=url)
         return LayaCallError(f"GET {HEALTH_PATH} did not return a JSON health document", code="bad_response",
                              status=attempt.status, server_code=said.code, server_detail=said.detail, url=url)
+
+    def _begin(self, state: Any, questions: Questions, model: str | None, request_id: str | None,
+               allow_truncation: bool) -> tuple[_DecisionCall, Deadline]:
+        call = _DecisionCall(self.settings, state, questions, model=model, request_id=request_id,
+                             allow_truncation=allow_truncation)
+        return call, Deadline(self.settings.timeout_s)
+
+    def _health_to_read(self, decision: Decision, deadline: Deadline) -> tuple[Health | None, bool]:
+        """(cached health, whether /health must be read now) for a decision's identity."""
+        if decision.provenance.served_by is not None:
+            return None, False
+        health = self._identities.fresh()
+        return health, health is None and not deadline.expired()
 
     def _identity_after(self, call: _DecisionCall, body: Mapping[str, Any], decision: Decision,
                         health: Health | None) -> Decision:
@@ -404,9 +443,7 @@ class ServedLayaClient(_ClientBase):
         allow_truncation: bool = False,
     ) -> Decision:
         """Ask `questions` about `state` in one forward pass; raises `LayaConfigError` or `LayaCallError`."""
-        call = _DecisionCall(self.settings, state, questions, model=model, request_id=request_id,
-                             allow_truncation=allow_truncation)
-        deadline = Deadline(self.settings.timeout_s)
+        call, deadline = self._begin(state, questions, model, request_id, allow_truncation)
         number = 0
         while True:
             number += 1
@@ -414,19 +451,12 @@ class ServedLayaClient(_ClientBase):
             step = call.next_step(attempt, number, deadline, self.policy)
             if step is None:
                 break
-            if step.wait_s:
-                time.sleep(step.wait_s)
-        if attempt.failure is not None:
-            raise call.failure_error(attempt, number)
-        if attempt.status != 200:
-            raise call.response_error(attempt, number)
-        body, decision = call.read_answer(attempt)
-        health = None
-        if decision.provenance.served_by is None:
-            health = self._identities.fresh()
-            if health is None and not deadline.expired():
-                health = _health_from(self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
-                self._identities.store(health)
+            time.sleep(step.wait_s)
+        body, decision = call.conclude(attempt, number)
+        health, read_now = self._health_to_read(decision, deadline)
+        if read_now:
+            health = _health_from(self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
+            self._identities.store(health)
         return self._identity_after(call, body, decision, health)
 
     def health(self) -> Health:
@@ -435,7 +465,7 @@ class ServedLayaClient(_ClientBase):
         attempt = self._send("GET", HEALTH_PATH, request_headers(self.settings, new_request_id()), None, deadline)
         health = _health_from(attempt)
         if health is None:
-            raise self._health_error(attempt, self.settings.timeout_s)
+            raise self._health_error(attempt)
         self._identities.store(health)
         return health
 
@@ -457,17 +487,14 @@ class ServedLayaClient(_ClientBase):
                 response = self._http.send(request, stream=True)
                 try:
                     watchdog.watch_response(response)
-                    chunks: list[bytes] = []
-                    size = 0
+                    collected, complete = _Body(), True
                     for chunk in response.iter_bytes():
-                        chunks.append(chunk)
-                        size += len(chunk)
-                        if size > MAX_RESPONSE_BYTES:
-                            attempt.oversized = True
+                        if not collected.add(chunk):
+                            complete = False
                             break
                         if deadline.expired():
                             raise httpx.ReadTimeout("deadline passed while reading the body", request=request)
-                    attempt.status, attempt.headers, attempt.body = response.status_code, response.headers, b"".join(chunks)
+                    collected.into(attempt, response, complete=complete)
                 finally:
                     response.close()
             except httpx.TransportError as exc:
@@ -514,9 +541,7 @@ class AsyncServedLayaClient(_ClientBase):
         """Ask `questions` about `state` in one forward pass; raises `LayaConfigError` or `LayaCallError`."""
         import anyio
 
-        call = _DecisionCall(self.settings, state, questions, model=model, request_id=request_id,
-                             allow_truncation=allow_truncation)
-        deadline = Deadline(self.settings.timeout_s)
+        call, deadline = self._begin(state, questions, model, request_id, allow_truncation)
         number = 0
         while True:
             number += 1
@@ -524,19 +549,12 @@ class AsyncServedLayaClient(_ClientBase):
             step = call.next_step(attempt, number, deadline, self.policy)
             if step is None:
                 break
-            if step.wait_s:
-                await anyio.sleep(step.wait_s)
-        if attempt.failure is not None:
-            raise call.failure_error(attempt, number)
-        if attempt.status != 200:
-            raise call.response_error(attempt, number)
-        body, decision = call.read_answer(attempt)
-        health = None
-        if decision.provenance.served_by is None:
-            health = self._identities.fresh()
-            if health is None and not deadline.expired():
-                health = _health_from(await self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
-                self._identities.store(health)
+            await anyio.sleep(step.wait_s)
+        body, decision = call.conclude(attempt, number)
+        health, read_now = self._health_to_read(decision, deadline)
+        if read_now:
+            health = _health_from(await self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
+            self._identities.store(health)
         return self._identity_after(call, body, decision, health)
 
     async def health(self) -> Health:
@@ -544,7 +562,7 @@ class AsyncServedLayaClient(_ClientBase):
         attempt = await self._send("GET", HEALTH_PATH, request_headers(self.settings, new_request_id()), None, deadline)
         health = _health_from(attempt)
         if health is None:
-            raise self._health_error(attempt, self.settings.timeout_s)
+            raise self._health_error(attempt)
         self._identities.store(health)
         return health
 
@@ -566,15 +584,12 @@ class AsyncServedLayaClient(_ClientBase):
             with anyio.fail_after(remaining):
                 response = await self._http.send(request, stream=True)
                 try:
-                    chunks: list[bytes] = []
-                    size = 0
+                    collected, complete = _Body(), True
                     async for chunk in response.aiter_bytes():
-                        chunks.append(chunk)
-                        size += len(chunk)
-                        if size > MAX_RESPONSE_BYTES:
-                            attempt.oversized = True
+                        if not collected.add(chunk):
+                            complete = False
                             break
-                    attempt.status, attempt.headers, attempt.body = response.status_code, response.headers, b"".join(chunks)
+                    collected.into(attempt, response, complete=complete)
                 finally:
                     await response.aclose()
         except TimeoutError as exc:
