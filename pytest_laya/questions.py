@@ -24,6 +24,7 @@ __all__ = [
     "QuestionSpec",
     "Questions",
     "AskedQuestion",
+    "normalize_question",
     "normalize_questions",
 ]
 
@@ -115,7 +116,8 @@ def _choice_keys(qid: str, crit: Any) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _normalize_one(qid: Any, spec: QuestionSpec) -> AskedQuestion:
+def normalize_question(qid: Any, spec: QuestionSpec) -> AskedQuestion:
+    """Check one definition; raises `LayaConfigError` (``invalid_question``) naming what to fix."""
     if not isinstance(qid, str) or not qid.strip():
         raise LayaConfigError(f"question ids must be non-empty strings, got {qid!r}", code="invalid_question")
     wire = spec.to_wire() if hasattr(spec, "to_wire") else spec
@@ -160,4 +162,4 @@ def normalize_questions(questions: Questions) -> dict[str, AskedQuestion]:
         )
     if not questions:
         raise LayaConfigError("no questions: ask at least one question", code="no_questions")
-    return {qid: _normalize_one(qid, spec) for qid, spec in questions.items()}
+    return {qid: normalize_question(qid, spec) for qid, spec in questions.items()}

@@ -303,6 +303,17 @@ class Spec:
         return self._content_violations(request.get("content"), f"{pointer}/content", lowered, body,
                                         where="/body", kind="request", default_media=True)
 
+    def schema_violations(self, ref: str, instance: Any, *, where: str = "") -> list[Violation]:
+        """Violations of any schema in the document, named by ref (``#/components/schemas/Question``).
+
+        `where` prefixes each violation's pointer, e.g. ``/questions/q1`` for one question of a
+        request, so a server can say exactly which part of a request is wrong.
+        """
+        if not ref.startswith("#"):
+            raise ValueError(f"ref must be a local JSON pointer such as '#/components/schemas/Question', got {ref!r}")
+        _resolve_pointer(self.document, ref[1:], self.source)
+        return self._schema_violations(ref[1:], instance, where)
+
     def is_valid(self, method: str, path: str, status: int, headers: Any, body: Any) -> bool:
         return not self.violations(method, path, status, headers, body)
 

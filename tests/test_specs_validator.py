@@ -202,3 +202,15 @@ def test_invalid_spec_file(tmp_path, text, message):
     with pytest.raises(SpecError, match=message) as info:
         Spec.from_path(path)
     assert str(path) in str(info.value)
+
+
+def test_any_component_schema_can_be_checked_with_a_pointer_prefix():
+    spec = Spec.target()
+    bad = {"type": "choice", "instructions": "Which?", "criteria": []}
+    [found] = spec.schema_violations("#/components/schemas/Question", bad, where="/questions/q1")
+    assert found.where == "/questions/q1/criteria"
+    assert spec.schema_violations("#/components/schemas/Question", {"type": "noul", "instructions": "?"}) == []
+    with pytest.raises(SpecError, match="points to nothing"):
+        spec.schema_violations("#/components/schemas/Nope", {})
+    with pytest.raises(ValueError, match="local JSON pointer"):
+        spec.schema_violations("components/schemas/Question", {})
