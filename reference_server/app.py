@@ -1,0 +1,307 @@
+"""The reference server's HTTP surface: every operation of the target spec, over a real engine.
+
+`create_app(engine)` builds a Starlette app. The order of checks on a decision is deliberate:
+authentication (a 401 reveals nothing and costs nothing), admission (503 at once beyond
+`max_concurrent`, never a queue), media type, the body read under a size cap and a deadline
+(413 / 408 before any parsing), then validation that names every invalid question, then
+micro-batched inference off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pytest_laya.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id
+
+from .batching import MicroBatcher, Timed
+from .engine import DecisionRequest, Engine, ModelIdentity
+from .problems import Problem
+from .settings import ServerSettings
+from .validation import decision_requests, parse_json_object, requested_model
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("reference_server")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
+
+
+class _RequestContext:
+    """Request id and trace context for one request, on every response including errors."""
+
+    def __init__(self, scope: Scope) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        supplied = headers.get("x-request-id", "")
+        self.request_id = supplied if is_valid_request_id(supplied) else new_request_id()
+        match = _TRACEPARENT.fullmatch(headers.get("traceparent", "").strip())
+        # Continue the caller's trace with a span of our own; a malformed header starts none.
+        self.traceparent = f"00-{match.group(2)}-{os.urandom(8).hex()}-{match.group(4)}" if match else None
+
+
+class _ContextMiddleware:
+    """Adds X-Request-Id (and traceparent) to every response, 404s and 500s included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        context = _RequestContext(scope)
+        scope.setdefault("state", {})["context"] = context
+
+        async def send_with_context(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", context.request_id.encode("latin-1")))
+                if context.traceparent:
+                    headers.append((b"traceparent", context.traceparent.encode("latin-1")))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_context)
+
+
+class _Admission:
+    """At most `limit` decisions past authentication at once; the rest are refused, not queued."""
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.in_flight = 0
+
+    @asynccontextmanager
+    async def slot(self):
+        if self.in_flight >= self.limit:
+            raise Problem("overloaded", f"{self.in_flight} requests in flight; retry after {self.retry_after_s} s",
+                          retry_after_s=self.retry_after_s)
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+
+class _Server:
+    """State shared by the handlers: engine, batcher, settings, readiness."""
+
+    def __init__(self, engine: Engine, settings: ServerSettings, on_ready: Callable[[], None] | None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.on_ready = on_ready
+        self.admission = _Admission(settings.max_concurrent, settings.retry_after_s)
+        self.batcher: MicroBatcher | None = None
+        self.load_error: BaseException | None = None
+        self._expected_auth = f"Bearer {settings.api_key}".encode("utf-8", "surrogateescape") if settings.api_key else None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def load_in_background(self, loop: asyncio.AbstractEventLoop) -> threading.Thread:
+        def load() -> None:
+            try:
+                self.engine.load()
+            except BaseException as exc:  # noqa: BLE001 - reported by /readyz and the log
+                self.load_error = exc
+                log.exception("loading the checkpoints failed")
+                return
+            if self.on_ready is not None:
+                loop.call_soon_threadsafe(self.on_ready)
+
+        thread = threading.Thread(target=load, name="reference-server-load", daemon=True)
+        thread.start()
+        return thread
+
+    # -- checks -------------------------------------------------------------------------
+
+    def authorized(self, request: Request) -> bool:
+        if self._expected_auth is None:
+            return True
+        supplied = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+        return hmac.compare_digest(supplied, self._expected_auth)
+
+    def require_auth(self, request: Request) -> None:
+        if not self.authorized(request):
+            raise Problem("unauthorized")
+
+    def require_ready(self) -> MicroBatcher:
+        if not self.engine.ready or self.batcher is None:
+            detail = "loading failed; see the server log" if self.load_error else "checkpoints are still loading"
+            raise Problem("not_ready", detail, retry_after_s=self.settings.retry_after_s)
+        return self.batcher
+
+    async def read_body(self, request: Request) -> bytes:
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            raise Problem("unsupported_media_type", f"send the body as application/json, not {media or 'no Content-Type'}")
+        limit = self.settings.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise Problem("too_large", f"the body is {declared} bytes, the limit is {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with anyio.fail_after(self.settings.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise Problem("too_large", f"the body is over {limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise Problem("body_timeout", f"the body did not arrive within {self.settings.body_timeout_s:g} s") from None
+        return b"".join(chunks)
+
+    # -- documents ----------------------------------------------------------------------
+
+    def health_document(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "ready": bool(self.engine.ready),
+            "models": {name: identity.to_json() for name, identity in self.engine.models.items()} if self.engine.ready else {},
+            "limits": self.settings.limits.to_json(),
+        }
+
+    def identity(self, model: str) -> ModelIdentity:
+        return self.engine.models[model]
+
+
+def _problem_response(problem: Problem, request: Request) -> JSONResponse:
+    context: _RequestContext = request.scope["state"]["context"]
+    return JSONResponse(problem.body(context.request_id), status_code=problem.status,
+                        media_type="application/problem+json", headers=problem.headers())
+
+
+def _endpoint(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Problem as problem:
+            return _problem_response(problem, request)
+        except Exception:
+            context: _RequestContext = request.scope["state"]["context"]
+            log.exception("request %s failed", context.request_id)
+            return _problem_response(Problem("inference_failed", "the server failed; the cause is in its log"), request)
+
+    return run
+
+
+def _timing(timed: list[Timed]) -> str:
+    queue = max(t.queue_ms for t in timed)
+    infer = max(t.infer_ms for t in timed)
+    return f"queue;dur={queue:.2f}, infer;dur={infer:.2f}"
+
+
+def _engine_problem(exc: BaseException, requests: list[DecisionRequest]) -> Problem:
+    if isinstance(exc, KeyError):
+        return Problem("unknown_model", f"model {exc.args[0]!r} is not served here")
+    if isinstance(exc, ValueError):
+        match = _QUESTION_IN_MESSAGE.search(str(exc))
+        qid = match.group(1) if match else next(iter(requests[0].questions))
+        pointer = "/questions/" + qid.replace("~", "~0").replace("/", "~1")
+        return Problem("invalid_question", "the model refused a question",
+                       errors=[{"question": qid, "pointer": pointer, "detail": str(exc)}])
+    log.error("inference failed", exc_info=exc)
+    return Problem("inference_failed", "inference failed; the cause is in the server log")
+
+
+def create_app(
+    engine: Engine,
+    settings: ServerSettings | None = None,
+    *,
+    on_ready: Callable[[], None] | None = None,
+) -> Starlette:
+    """An ASGI app serving `engine` per the target spec; loading starts with the app's lifespan.
+
+    `on_ready` is called on the event loop once every checkpoint is loaded and warm.
+    """
+    server = _Server(engine, settings or ServerSettings(), on_ready)
+
+    async def decide(request: Request, *, batch: bool) -> Response:
+        server.require_auth(request)
+        async with server.admission.slot():
+            batcher = server.require_ready()
+            body = parse_json_object(await server.read_body(request))
+            model = requested_model(body, list(server.engine.models)) or server.engine.default_model
+            requests = decision_requests(body, server.settings.limits, batch=batch)
+            try:
+                timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
+            except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
+                raise _engine_problem(exc, requests) from exc
+        identity = server.identity(model)
+        routing = {"model": model, "repo": identity.checkpoint,
+                   "reason": "explicit model" if body.get("model") else "default model",
+                   "detection": None, "workflow": None}
+        if batch:
+            results = [{"answers": t.result.answers, "usage": t.result.usage} for t in timed]
+            payload: dict[str, Any] = {
+                "model": identity.checkpoint,
+                "results": results,
+                "total_usage": {
+                    "input_tokens": sum(t.result.usage.get("input_tokens", 0) for t in timed),
+                    "output_tokens": sum(t.result.usage.get("output_tokens", 0) for t in timed),
+                },
+                "served_by": identity.to_json(),
+            }
+        else:
+            result = timed[0].result
+            payload = {"model": identity.checkpoint, "answers": result.answers, "usage": result.usage,
+                       "routing": routing, "served_by": identity.to_json()}
+        return JSONResponse(payload, headers={"Server-Timing": _timing(list(timed))})
+
+    async def systemone(request: Request) -> Response:
+        return await decide(request, batch=False)
+
+    async def systemone_batch(request: Request) -> Response:
+        return await decide(request, batch=True)
+
+    async def livez(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def health(request: Request) -> Response:
+        if not server.authorized(request):
+            return JSONResponse({"status": "ok"})
+        return JSONResponse(server.health_document())
+
+    async def readyz(request: Request) -> Response:
+        server.require_ready()
+        return await health(request)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        loop = asyncio.get_running_loop()
+        loader = server.load_in_background(loop)
+        server.batcher = MicroBatcher(engine, max_batch=server.settings.max_batch,
+                                      window_ms=server.settings.batch_window_ms)
+        try:
+            yield
+        finally:
+            await server.batcher.aclose()
+            await asyncio.to_thread(loader.join, 30)
+            engine.close()
+
+    routes = [
+        Route("/v1/systemone", _endpoint(systemone), methods=["POST"]),
+        Route("/v1/systemone/batch", _endpoint(systemone_batch), methods=["POST"]),
+        Route("/health", _endpoint(health), methods=["GET"]),
+        Route("/livez", _endpoint(livez), methods=["GET"]),
+        Route("/readyz", _endpoint(readyz), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(_ContextMiddleware)
+    app.state.server = server
+    return app

@@ -1,0 +1,297 @@
+"""Micro-batching of decisions, with inference off the event loop.
+
+``MicroBatcher.submit`` queues one request per caller. A single dispatcher task collects, per
+model, the requests that arrive within ``window_ms`` of the first one waiting (at most
+``max_batch``) and hands them to ``Engine.predict`` as one call on one dedicated worker thread
+(``ThreadPoolExecutor(max_workers=1)``), so the event loop keeps answering (``/livez`` in
+milliseconds) while torch computes. Only one batch runs at a time -- one forward pass at a time is
+what a CPU wants -- and everything that arrives while it runs waits for the next one, so under load
+batches fill up on their own and the window only costs latency when the server is idle.
+
+Outcomes are per caller:
+
+* A batch that raises ``ValueError`` (laya rejected a question or a state/question combination) is
+  re-run one request at a time, so only the offending callers get the ``ValueError`` and their
+  batch-mates get their answers. Those re-run results report ``batch_size=1`` and their own
+  ``queue_ms``/``infer_ms``.
+* Any other exception (``KeyError`` for an unknown model, an inference failure) is what every
+  caller of that batch gets: it is the batch's outcome.
+* A caller that is cancelled (client gone) is dropped from the queue; if its batch is already
+  running, its result is discarded and the others are unaffected.
+
+Nothing here grows beyond what callers submitted: the queues hold exactly the callers still
+waiting. Admission control (how many may wait) is the app's job.
+
+Heavy imports: none. This module imports ``reference_server.engine`` for types only, which
+imports no torch either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+from .engine import DecisionRequest, DecisionResult, Engine
+
+__all__ = ["BatcherClosed", "MicroBatcher", "Timed"]
+
+
+class BatcherClosed(RuntimeError):
+    """``submit`` after ``aclose``."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    result: DecisionResult
+    queue_ms: float   # from submit() until its batch started running
+    infer_ms: float   # the batch's forward-pass wall time
+    batch_size: int
+
+
+@dataclass(eq=False)
+class _Pending:
+    model: str
+    request: DecisionRequest
+    future: "asyncio.Future[Timed]"
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class MicroBatcher:
+    def __init__(self, engine: Engine, *, max_batch: int = 16, window_ms: float = 2.0) -> None:
+        if int(max_batch) < 1:
+            raise ValueError("max_batch must be at least 1")
+        if window_ms < 0:
+            raise ValueError("window_ms must not be negative")
+        self._engine = engine
+        self._max_batch = int(max_batch)
+        self._window = float(window_ms) / 1000.0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-batch")
+        self._queues: Dict[str, Deque[_Pending]] = {}
+        self._changed: Optional[asyncio.Event] = None
+        self._dispatcher: Optional["asyncio.Task[None]"] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._closing = False
+        self._closed: Optional["concurrent.futures.Future[None]"] = None
+        self.batches = 0   # engine.predict calls made for batches (re-runs not counted)
+
+    @property
+    def max_batch(self) -> int:
+        return self._max_batch
+
+    @property
+    def window_ms(self) -> float:
+        return self._window * 1000.0
+
+    @property
+    def waiting(self) -> int:
+        """Callers queued and not yet in a running batch."""
+        return sum(len(q) for q in self._queues.values())
+
+    # --------------------------------------------------------------------- public
+
+    async def submit(self, model: str, request: DecisionRequest) -> Timed:
+        if self._closing:
+            raise BatcherClosed("the batcher is closed")
+        loop = self._bind()
+        pending = _Pending(model, request, loop.create_future())
+        self._queues.setdefault(model, deque()).append(pending)
+        self._ensure_dispatcher()
+        assert self._changed is not None
+        self._changed.set()
+        try:
+            # Not shielded: cancelling the caller cancels its future, which the dispatcher skips.
+            return await pending.future
+        except asyncio.CancelledError:
+            self._forget(pending)
+            raise
+
+    async def aclose(self) -> None:
+        """Stop accepting, let every submitted request finish, then stop the worker thread.
+
+        Idempotent; a second caller waits for the first to finish. It may be awaited on another
+        event loop than the one the batcher served on (that loop must still be running for the
+        queued work to finish; a stopped one's leftovers are abandoned).
+        """
+        self._closing = True
+        if self._closed is not None:
+            await asyncio.wrap_future(self._closed)
+            return
+        self._closed = concurrent.futures.Future()
+        try:
+            if self._dispatcher is not None and not self._dispatcher.done():
+                owner = self._loop
+                if owner is asyncio.get_running_loop():
+                    assert self._changed is not None
+                    self._changed.set()
+                    await asyncio.shield(self._dispatcher)
+                elif owner is not None and owner.is_running() and not owner.is_closed():
+                    await asyncio.wrap_future(
+                        asyncio.run_coroutine_threadsafe(self._drain(), owner))
+        finally:
+            await asyncio.to_thread(self._executor.shutdown, True)
+            self._closed.set_result(None)
+
+    async def _drain(self) -> None:
+        """On the owning loop: wake the dispatcher and wait until it has run everything queued."""
+        assert self._changed is not None and self._dispatcher is not None
+        self._changed.set()
+        await asyncio.shield(self._dispatcher)
+
+    # --------------------------------------------------------------------- dispatcher
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        """The running loop, which the batcher serves on from its first submit.
+
+        A batcher serves one loop at a time. Once its loop has stopped (a test's loop, say), the
+        next submit rebinds it to the new one, dropping waiters whose loop is gone.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and self._loop.is_running() and not self._loop.is_closed():
+                raise RuntimeError("this MicroBatcher already serves another running event loop")
+            for model in list(self._queues):
+                live = deque(p for p in self._queues[model] if p.future.get_loop() is loop)
+                if live:
+                    self._queues[model] = live
+                else:
+                    del self._queues[model]
+            self._loop = loop
+            self._changed = None
+            self._dispatcher = None
+        return loop
+
+    def _ensure_dispatcher(self) -> None:
+        if self._dispatcher is None or self._dispatcher.done():
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            self._dispatcher = asyncio.get_running_loop().create_task(
+                self._dispatch(), name="laya-microbatcher")
+
+    def _forget(self, pending: _Pending) -> None:
+        queue = self._queues.get(pending.model)
+        if queue is not None:
+            try:
+                queue.remove(pending)
+            except ValueError:
+                pass  # already taken into a batch
+            if not queue:
+                self._queues.pop(pending.model, None)
+
+    def _oldest(self) -> Optional[str]:
+        """The model whose first live waiter has waited longest (dropping cancelled heads)."""
+        best: Optional[Tuple[float, str]] = None
+        for model in list(self._queues):
+            queue = self._queues[model]
+            while queue and queue[0].future.done():
+                queue.popleft()
+            if not queue:
+                del self._queues[model]
+                continue
+            if best is None or queue[0].submitted < best[0]:
+                best = (queue[0].submitted, model)
+        return None if best is None else best[1]
+
+    def _live(self, model: str) -> int:
+        queue = self._queues.get(model)
+        return 0 if queue is None else sum(1 for p in queue if not p.future.done())
+
+    def _take(self, model: str) -> List[_Pending]:
+        queue = self._queues.get(model)
+        batch: List[_Pending] = []
+        while queue and len(batch) < self._max_batch:
+            pending = queue.popleft()
+            if not pending.future.done():
+                batch.append(pending)
+        if queue is not None and not queue:
+            self._queues.pop(model, None)
+        return batch
+
+    async def _dispatch(self) -> None:
+        assert self._changed is not None
+        changed = self._changed
+        while True:
+            model = self._oldest()
+            if model is None:
+                if self._closing:
+                    return
+                changed.clear()
+                await changed.wait()
+                continue
+            # Wait for the window opened by the first waiter, or until the batch is full.
+            deadline = self._queues[model][0].submitted + self._window
+            while not self._closing and self._live(model) < self._max_batch:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                changed.clear()
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            batch = self._take(model)
+            if batch:
+                try:
+                    await self._run(model, batch)
+                except asyncio.CancelledError:
+                    for pending in batch:
+                        if not pending.future.done():
+                            pending.future.cancel()
+                    raise
+                except BaseException as exc:  # noqa: BLE001 -- never leave a caller hanging
+                    for pending in batch:
+                        if not pending.future.done():
+                            pending.future.set_exception(exc)
+
+    async def _run(self, model: str, batch: List[_Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        self.batches += 1
+        try:
+            results, infer_ms = await loop.run_in_executor(
+                self._executor, _timed_predict, self._engine, model, [p.request for p in batch])
+        except ValueError:
+            if len(batch) == 1:
+                raise
+            await self._run_singly(model, batch)
+            return
+        if len(results) != len(batch):
+            raise RuntimeError("engine returned %d results for %d requests" % (len(results), len(batch)))
+        for pending, result in zip(batch, results):
+            _resolve(pending, Timed(result, (started - pending.submitted) * 1000.0, infer_ms, len(batch)))
+
+    async def _run_singly(self, model: str, batch: List[_Pending]) -> None:
+        """Attribute a batch's ValueError: each member alone, each caller its own outcome."""
+        loop = asyncio.get_running_loop()
+        for pending in batch:
+            if pending.future.done():
+                continue  # cancelled while its batch ran
+            started = time.perf_counter()
+            try:
+                results, infer_ms = await loop.run_in_executor(
+                    self._executor, _timed_predict, self._engine, model, [pending.request])
+                if len(results) != 1:
+                    raise RuntimeError("engine returned %d results for 1 request" % len(results))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- this caller's own outcome
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+                continue
+            _resolve(pending, Timed(results[0], (started - pending.submitted) * 1000.0, infer_ms, 1))
+
+
+def _timed_predict(engine: Engine, model: str,
+                   requests: Sequence[DecisionRequest]) -> Tuple[List[DecisionResult], float]:
+    started = time.perf_counter()
+    results = list(engine.predict(model, requests))
+    return results, (time.perf_counter() - started) * 1000.0
+
+
+def _resolve(pending: _Pending, timed: Timed) -> None:
+    if not pending.future.done():
+        pending.future.set_result(timed)

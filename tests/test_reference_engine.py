@@ -1,0 +1,523 @@
+"""The reference server's engine and micro-batcher, on real laya and the shipped tiny checkpoint.
+
+The engine must answer exactly what laya answers in process (``laya.load(dir).predict``), alone or
+batched with other requests, and the batcher must batch without letting one caller's outcome leak
+into another's, while keeping the event loop free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+
+import pytest
+
+from reference_server.batching import BatcherClosed, MicroBatcher, Timed
+from reference_server.engine import (
+    DecisionRequest,
+    DecisionResult,
+    LayaEngine,
+    ModelIdentity,
+)
+from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+pytest.importorskip("torch")
+pytest.importorskip("laya")
+
+TOL = 1e-4 + 1e-9  # laya rounds to 4 decimals; one flipped last digit is 1e-4 plus float noise
+
+
+# ------------------------------------------------------------------------------------ data
+
+def _choice(n: int, instructions: str = "Which option fits best?") -> Dict[str, Any]:
+    labels = ["billing", "technical", "shipping", "account", "refund", "fraud", "sales",
+              "legal", "privacy", "feedback", "outage", "other"][:n]
+    return {"type": "choice", "instructions": instructions,
+            "criteria": {label: "Requests about %s" % label for label in labels}}
+
+
+TRIAGE = {
+    "department": _choice(3, "Which team should handle this?"),
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": ["not urgent", "soon", "today", "immediately"]},
+    "needs_human": {"type": "noul", "instructions": "Does a person need to reply?"},
+}
+TWO = {"escalate": {"type": "choice", "instructions": "Escalate?", "criteria": ["yes", "no"]}}
+TWELVE = {"topic": _choice(12, "What is the topic?")}
+SCORE_ONLY = {"sentiment": {"type": "score", "instructions": "Wie zufrieden ist der Kunde?",
+                            "criteria": ["sehr unzufrieden", "unzufrieden", "neutral",
+                                         "zufrieden", "sehr zufrieden"]}}
+NOUL_LABELS = {"spam": {"type": "noul", "instructions": "Is this message spam?",
+                        "criteria": {"true": "unsolicited advertising", "false": "a real request"},
+                        "labels": {"true": "A", "false": "B"}}}
+MIXED = {
+    "lang": {"type": "choice", "instructions": "Quelle langue ?",
+             "criteria": ["français", "english", "deutsch", "español", "日本語", "other"]},
+    "refund": {"type": "noul", "instructions": "Veut-il un remboursement ?"},
+    "tone": {"type": "score", "instructions": "Tone", "criteria": ["calm", "annoyed"]},
+    "route": _choice(7),
+}
+
+PARITY_CASES: List[Tuple[Any, Dict[str, Any]]] = [
+    ("I was charged twice for my order. Please refund the duplicate today.", TRIAGE),
+    ("The app crashes every time I open it since yesterday's update.", TWELVE),
+    ("Mein Konto wurde zweimal belastet, bitte erstatten Sie den Betrag.", TRIAGE),
+    ("Ich bin mit dem Service sehr zufrieden, danke!", SCORE_ONLY),
+    ("Mon colis n'est jamais arrivé et personne ne répond.", MIXED),
+    ("No puedo iniciar sesión en mi cuenta desde ayer.", TWO),
+    ("注文した商品がまだ届きません。返金してください。", TRIAGE),
+    ({"message": "WIN A FREE CRUISE!!! click here", "channel": "email"}, NOUL_LABELS),
+    ([{"role": "user", "content": "Hi, my card was declined."},
+      {"role": "agent", "content": "Sorry to hear that, which card?"},
+      {"role": "user", "content": "The Visa ending 4242, and now I'm charged anyway."}], MIXED),
+    ({"ticket": {"subject": "Outage", "body": "Everything is down for all users"}, "tier": "gold"},
+     TWELVE),
+    ("Short.", {"q": _choice(5)}),
+    ("Please close my account and delete my data under GDPR.", {**TWO, **SCORE_ONLY}),
+]
+
+
+def _flat(answers: Mapping[str, Mapping[str, Any]]) -> Dict[Tuple[str, str], float]:
+    """Every number that must agree: probabilities, noul, score, confidences, act_probability."""
+    out: Dict[Tuple[str, str], float] = {}
+    for qid, answer in answers.items():
+        for key, value in (answer.get("probabilities") or {}).items():
+            out[(qid, "p:" + key)] = float(value)
+        for key in ("noul", "score", "confidence", "answer_confidence"):
+            if key in answer:
+                out[(qid, key)] = float(answer[key])
+        out[(qid, "act")] = float(answer["action"]["act_probability"])
+    return out
+
+
+def _max_diff(got: Mapping[str, Mapping[str, Any]], want: Mapping[str, Mapping[str, Any]]) -> float:
+    assert list(got) == list(want), "question order or ids differ"
+    for qid in want:
+        assert got[qid]["type"] == want[qid]["type"]
+        assert got[qid].get("choice") == want[qid].get("choice"), qid
+        assert got[qid].get("legend") == want[qid].get("legend"), qid
+    a, b = _flat(got), _flat(want)
+    assert a.keys() == b.keys()
+    return max(abs(a[k] - b[k]) for k in a)
+
+
+# ------------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def checkpoint_dir() -> str:
+    return str(embedded_checkpoint_dir())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_torch_threads() -> Iterator[None]:
+    """The engine sets torch's (process-wide) thread count; give the next module its own back."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint_dir: str) -> Iterator[LayaEngine]:
+    eng = LayaEngine({"tiny": checkpoint_dir}, device="cpu")
+    eng.load()
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def agent(checkpoint_dir: str) -> Any:
+    import laya
+
+    return laya.load(checkpoint_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def singles(engine: LayaEngine) -> List[DecisionResult]:
+    return [engine.predict("tiny", [DecisionRequest(s, q)])[0] for s, q in PARITY_CASES]
+
+
+class Counting:
+    """An Engine that records each predict call's size, optionally slowed down in the worker."""
+
+    def __init__(self, inner: LayaEngine, delay: float = 0.0) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.calls: List[int] = []
+        self.threads: List[str] = []
+
+    @property
+    def models(self) -> Mapping[str, ModelIdentity]:
+        return self.inner.models
+
+    @property
+    def default_model(self) -> str:
+        return self.inner.default_model
+
+    @property
+    def ready(self) -> bool:
+        return self.inner.ready
+
+    def configured(self) -> List[str]:
+        return self.inner.configured()
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+        self.calls.append(len(requests))
+        self.threads.append(threading.current_thread().name)
+        if self.delay:
+            time.sleep(self.delay)
+        return self.inner.predict(model, requests)
+
+    def close(self) -> None:
+        pass
+
+
+def _refusing_sockets(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    attempts: List[Any] = []
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise OSError("network disabled by the test: %r" % (address,))
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    return attempts
+
+
+# ------------------------------------------------------------------------------------ engine
+
+def test_importing_engine_and_batching_imports_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "import reference_server.engine, reference_server.batching\n"
+        "from reference_server.engine import LayaEngine\n"
+        "from reference_server.tiny_checkpoint import embedded_checkpoint_dir\n"
+        "e = LayaEngine({'tiny': str(embedded_checkpoint_dir())})\n"
+        "heavy = [m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules]\n"
+        "print(heavy)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_identity_and_readiness_with_no_network(checkpoint_dir: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = LayaEngine({"tiny": checkpoint_dir}, device="cpu")
+    assert fresh.configured() == ["tiny"]
+    assert fresh.default_model == "tiny"
+    assert fresh.ready is False
+    assert dict(fresh.models) == {}
+    with pytest.raises(RuntimeError):
+        fresh.predict("tiny", [DecisionRequest("x", TWO)])
+
+    attempts = _refusing_sockets(monkeypatch)
+    fresh.load()
+    fresh.load()  # idempotent
+    result = fresh.predict("tiny", [DecisionRequest(*PARITY_CASES[0])])
+    monkeypatch.undo()
+    assert attempts == []
+    assert set(result[0].answers) == set(TRIAGE)
+
+    assert fresh.ready is True
+    digest = hashlib.sha256((embedded_checkpoint_dir() / "model.safetensors").read_bytes()).hexdigest()
+    identity = fresh.models["tiny"]
+    assert identity == ModelIdentity(checkpoint="tiny", revision="sha256:" + digest, device="cpu",
+                                     weights_dtype="float32", compiled=False)
+    assert identity.to_json() == {"checkpoint": "tiny", "revision": "sha256:" + digest,
+                                  "device": "cpu", "weights_dtype": "float32", "compiled": False}
+    assert "/" not in json.dumps(identity.to_json())  # no host path leaks
+    assert fresh.warmup_ms["tiny"] > 0
+    fresh.close()
+    fresh.close()
+    assert fresh.ready is False
+
+
+def test_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference_server.engine import _auto_threads
+
+    for name in ("LAYA_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    cpus = len(__import__("os").sched_getaffinity(0))
+    assert _auto_threads(64) == max(1, cpus - 1)  # leave a core to the event loop
+    assert _auto_threads(1) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert _auto_threads(8) is None  # the operator decided; torch already honours it
+    monkeypatch.setenv("LAYA_THREADS", "5")
+    assert _auto_threads(8) == 5  # laya-serve's knob wins
+
+
+def test_names_and_sources_are_checked_without_loading(checkpoint_dir: str) -> None:
+    with pytest.raises(ValueError):
+        LayaEngine({})
+    with pytest.raises(ValueError):
+        LayaEngine({"tiny": checkpoint_dir, "TINY": checkpoint_dir})
+    with pytest.raises(ValueError):
+        LayaEngine({"a/b": checkpoint_dir})
+    hub = LayaEngine({"tiny": checkpoint_dir, "multi": "multilingual", "mine": "someone/laya-ft"})
+    assert hub.configured() == ["tiny", "multi", "mine"] and hub.default_model == "tiny"
+    # Hub sources keep laya's own loading path; their public name is the hub id.
+    assert hub._configured["multi"].spec == ("convaiinnovations/laya", "multilingual")
+    assert hub._configured["multi"].checkpoint == "convaiinnovations/laya/multilingual"
+    assert hub._configured["mine"].spec == "someone/laya-ft"
+
+
+def test_read_only_question_mappings_are_accepted(engine: LayaEngine,
+                                                  singles: List[DecisionResult]) -> None:
+    from types import MappingProxyType
+
+    state, questions = PARITY_CASES[4]
+    frozen = MappingProxyType({qid: MappingProxyType(q) for qid, q in questions.items()})
+    result = engine.predict("tiny", [DecisionRequest(state, frozen)])[0]
+    assert result == singles[4]
+
+
+def test_unknown_model_is_a_key_error(engine: LayaEngine) -> None:
+    with pytest.raises(KeyError) as caught:
+        engine.predict("english", [DecisionRequest("hello", TWO)])
+    assert caught.value.args == ("english",)
+    with pytest.raises(KeyError):
+        engine.predict("TINY", [])
+    assert engine.predict("tiny", []) == []
+
+
+def test_laya_rejected_question_is_a_value_error(engine: LayaEngine) -> None:
+    bad = {"flag": {"type": "noul", "instructions": "Flag it?", "criteria": {"yes": "y", "no": "n"}}}
+    with pytest.raises(ValueError, match="flag"):
+        engine.predict("tiny", [DecisionRequest("hello", bad)])
+
+
+def test_single_predictions_equal_laya_in_process(engine: LayaEngine, agent: Any,
+                                                   singles: List[DecisionResult]) -> None:
+    worst = 0.0
+    for (state, questions), result in zip(PARITY_CASES, singles):
+        want = agent.predict(state, questions)
+        worst = max(worst, _max_diff(result.answers, want["answers"]))
+        assert result.usage == want["usage"]
+        for qid, answer in result.answers.items():
+            # laya-serve's wire: x_jev_confidence on choice and score answers only
+            assert ("x_jev_confidence" in answer) == (answer["type"] in ("choice", "score"))
+    assert worst <= TOL, worst
+
+
+def test_single_predictions_equal_laya_router(engine: LayaEngine, checkpoint_dir: str,
+                                              singles: List[DecisionResult]) -> None:
+    """laya-serve's path: Router(models=...) and router.predict(..., model=name)."""
+    from laya import Router
+
+    router = Router(models={"tiny": checkpoint_dir}, device="cpu", default="tiny", max_loaded=1)
+    for (state, questions), result in zip(PARITY_CASES, singles):
+        want = router.predict(state, questions, model="tiny")
+        assert _max_diff(result.answers, want["answers"]) <= TOL
+        assert result.usage == want["usage"]
+
+
+def test_heterogeneous_batch_equals_singles(engine: LayaEngine,
+                                            singles: List[DecisionResult],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    picks = [0, 4, 2, 1, 7, 8, 5, 3]  # 8 requests: different states and question sets, repeats
+    agent = engine._router.load("tiny")  # count laya's forward-pass groups
+    groups: List[int] = []
+    original = agent.predict_batch
+
+    def counting(states: List[Any], questions: Dict[str, Any], **kw: Any) -> Any:
+        groups.append(len(states))
+        return original(states, questions, **kw)
+
+    monkeypatch.setattr(agent, "predict_batch", counting)
+    batch = engine.predict("tiny", [DecisionRequest(*PARITY_CASES[i]) for i in picks])
+    assert len(batch) == len(picks)
+    for i, result in zip(picks, batch):
+        assert _max_diff(result.answers, singles[i].answers) <= TOL
+        assert result.usage == singles[i].usage
+    distinct = {json.dumps(PARITY_CASES[i][1]) for i in picks}
+    assert len(groups) == len(distinct) and sum(groups) == len(picks)
+
+    groups.clear()
+    same = [DecisionRequest("Customer %d was charged twice for order %d" % (i, i * 37), TRIAGE)
+            for i in range(16)]
+    batched = engine.predict("tiny", same)
+    assert groups == [16]  # one forward pass for one shared question set
+    for request, result in zip(same[:4], batched[:4]):
+        alone = engine.predict("tiny", [request])[0]
+        assert _max_diff(result.answers, alone.answers) <= TOL
+
+
+# ------------------------------------------------------------------------------------ batcher
+
+async def test_concurrent_submits_share_batches(engine: LayaEngine,
+                                                singles: List[DecisionResult]) -> None:
+    counting = Counting(engine)
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=50)
+    picks = [i % len(PARITY_CASES) for i in range(12)]
+    timed = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i]))
+                                   for i in picks))
+    await batcher.aclose()
+    assert len(counting.calls) < 12 and sum(counting.calls) == 12
+    assert set(counting.threads) != {threading.current_thread().name}
+    assert len(set(counting.threads)) == 1  # one dedicated worker thread
+    for i, t in zip(picks, timed):
+        assert isinstance(t, Timed)
+        assert t.batch_size in counting.calls and t.batch_size > 1
+        assert t.queue_ms >= 0 and t.infer_ms > 0
+        assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+
+
+async def test_max_batch_caps_a_batch(engine: LayaEngine) -> None:
+    counting = Counting(engine)
+    batcher = MicroBatcher(counting, max_batch=4, window_ms=50)
+    timed = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest("state %d" % i, TWO))
+                                   for i in range(10)))
+    await batcher.aclose()
+    assert max(counting.calls) <= 4 and sum(counting.calls) == 10
+    assert all(t.batch_size <= 4 for t in timed)
+
+
+async def test_event_loop_stays_responsive_while_a_batch_runs(engine: LayaEngine) -> None:
+    counting = Counting(engine, delay=0.4)  # the worker is busy for at least 400 ms
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=0)
+    gaps: List[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    long_state = " ".join(["The customer reports a double charge on the invoice."] * 30)
+    timed = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest(long_state, TRIAGE))
+                                   for _ in range(16)))
+    stop.set()
+    await ticker
+    await batcher.aclose()
+    assert timed[0].infer_ms >= 400
+    assert len(gaps) >= 20
+    assert max(gaps) < 0.2, max(gaps)
+
+
+async def test_a_rejected_question_fails_only_its_caller(engine: LayaEngine,
+                                                         singles: List[DecisionResult]) -> None:
+    counting = Counting(engine)
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=50)
+    bad = {"department": {"type": "choice", "instructions": "Which team?", "criteria": ["a", "a"]}}
+    requests = [DecisionRequest(*PARITY_CASES[0]), DecisionRequest("hello", bad),
+                DecisionRequest(*PARITY_CASES[1]), DecisionRequest(*PARITY_CASES[0])]
+    outcomes = await asyncio.gather(*(batcher.submit("tiny", r) for r in requests),
+                                    return_exceptions=True)
+    await batcher.aclose()
+    assert isinstance(outcomes[1], ValueError) and "department" in str(outcomes[1])
+    for i, index in ((0, 0), (2, 1), (3, 0)):
+        assert isinstance(outcomes[i], Timed), outcomes[i]
+        assert _max_diff(outcomes[i].result.answers, singles[index].answers) <= TOL
+        assert outcomes[i].batch_size == 1
+    assert counting.calls == [4, 1, 1, 1, 1]
+
+
+async def test_unknown_model_through_the_batcher(engine: LayaEngine) -> None:
+    batcher = MicroBatcher(engine, window_ms=0)
+    with pytest.raises(KeyError):
+        await batcher.submit("nope", DecisionRequest("hello", TWO))
+    assert (await batcher.submit("tiny", DecisionRequest("hello", TWO))).batch_size == 1
+    await batcher.aclose()
+
+
+async def test_cancelled_callers_do_not_break_their_batch(engine: LayaEngine,
+                                                          singles: List[DecisionResult]) -> None:
+    counting = Counting(engine, delay=0.2)
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=30)
+    # Batch 1 runs for 200 ms; one of its callers goes away while it runs.
+    first = [asyncio.create_task(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i])))
+             for i in (0, 1, 2)]
+    await asyncio.sleep(0.1)
+    assert counting.calls == [3]
+    first[1].cancel()
+    # Batch 2 queues behind it; one of its callers goes away before it starts.
+    second = [asyncio.create_task(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i])))
+              for i in (3, 4)]
+    await asyncio.sleep(0.01)
+    second[0].cancel()
+    results = await asyncio.gather(*first, *second, return_exceptions=True)
+    assert isinstance(results[1], asyncio.CancelledError)
+    assert isinstance(results[3], asyncio.CancelledError)
+    for position, index in ((0, 0), (2, 2), (4, 4)):
+        assert isinstance(results[position], Timed), results[position]
+        assert _max_diff(results[position].result.answers, singles[index].answers) <= TOL
+    assert counting.calls == [3, 1]  # the cancelled waiter never reached the engine
+    assert batcher.waiting == 0
+    # The batcher still works afterwards.
+    assert (await batcher.submit("tiny", DecisionRequest("hello", TWO))).result.answers
+    await batcher.aclose()
+
+
+async def test_aclose_finishes_in_flight_work_and_is_idempotent(engine: LayaEngine) -> None:
+    counting = Counting(engine, delay=0.05)
+    batcher = MicroBatcher(counting, max_batch=2, window_ms=0)
+    tasks = [asyncio.create_task(batcher.submit("tiny", DecisionRequest("state %d" % i, TWO)))
+             for i in range(5)]
+    await asyncio.sleep(0)
+    await asyncio.gather(batcher.aclose(), batcher.aclose())
+    done = await asyncio.gather(*tasks)
+    assert all(isinstance(t, Timed) for t in done)
+    assert sum(counting.calls) == 5
+    await batcher.aclose()
+    with pytest.raises(BatcherClosed):
+        await batcher.submit("tiny", DecisionRequest("late", TWO))
+    assert isinstance(BatcherClosed(), RuntimeError)
+
+
+async def test_aclose_without_any_submit() -> None:
+    class Never:
+        def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+            raise AssertionError("not called")
+
+    batcher = MicroBatcher(Never())  # type: ignore[arg-type]
+    await batcher.aclose()
+    await batcher.aclose()
+
+
+def test_one_loop_at_a_time_and_aclose_from_another_loop(engine: LayaEngine) -> None:
+    counting = Counting(engine, delay=0.3)
+    batcher = MicroBatcher(counting, window_ms=0)
+    # A stopped loop's batcher rebinds to the next one (function-scoped test loops, say).
+    first = asyncio.run(batcher.submit("tiny", DecisionRequest("one", TWO)))
+    second = asyncio.run(batcher.submit("tiny", DecisionRequest("two", TWO)))
+    assert first.batch_size == second.batch_size == 1
+
+    # While it serves a running loop in another thread, another loop may not submit...
+    outcome: Dict[str, Any] = {}
+    started = threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            task = asyncio.ensure_future(batcher.submit("tiny", DecisionRequest("three", TWO)))
+            started.set()
+            outcome["timed"] = await task
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    assert started.wait(10)
+    time.sleep(0.05)
+    with pytest.raises(RuntimeError, match="another running event loop"):
+        asyncio.run(batcher.submit("tiny", DecisionRequest("four", TWO)))
+    # ...but may close it: the owning loop finishes what it was given first.
+    asyncio.run(batcher.aclose())
+    thread.join(10)
+    assert isinstance(outcome.get("timed"), Timed)
+    asyncio.run(batcher.aclose())
+    assert counting.calls == [1, 1, 1]

@@ -1,0 +1,275 @@
+"""The reference server's HTTP surface over a real loopback socket, every response checked
+against the target spec. Inference is scripted here; real Laya answers are in
+tests/test_reference_parity.py."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from pytest_laya import Spec
+from reference_server.app import create_app
+from reference_server.serving import ServerThread
+from reference_server.settings import Limits, ServerSettings
+from scripted_engine import ScriptedEngine
+
+KEY = "sk-reference-canary-42"
+STATE = "I was charged twice for my order. Please refund the duplicate today."
+QUESTIONS = {
+    "department": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Charges", "technical": "Bugs"}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]},
+    "refund": {"type": "noul", "instructions": "Refund?"},
+}
+BODY = {"state": STATE, "questions": QUESTIONS}
+
+
+def conforms(response: httpx.Response) -> httpx.Response:
+    """Every response of the reference server must meet the target spec, errors included."""
+    path = urlsplit(str(response.request.url)).path
+    violations = Spec.target().violations(response.request.method, path, response.status_code,
+                                          response.headers, response.content)
+    assert violations == [], "\n".join(map(str, violations))
+    return response
+
+
+def wait_ready(url: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(url + "/readyz").status_code != 200:
+        assert time.monotonic() < deadline, "the server never became ready"
+        time.sleep(0.01)
+
+
+def serve(engine=None, **settings):
+    engine = engine or ScriptedEngine()
+    server = ServerThread(create_app(engine, ServerSettings(**settings))).start()
+    if engine.ready_gate is None:
+        wait_ready(server.url)
+    return server
+
+
+@pytest.fixture(scope="module")
+def plain():
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def keyed():
+    with serve(api_key=KEY) as server:
+        yield server
+
+
+def post(url, body=None, *, content=None, headers=None, path="/v1/systemone"):
+    return httpx.post(url + path, json=body if content is None else None, content=content, headers=headers, timeout=10)
+
+
+# -- answers ------------------------------------------------------------------------------
+
+def test_a_decision_names_its_weights_and_timing(plain):
+    r = conforms(post(plain.url, BODY))
+    body = r.json()
+    assert r.status_code == 200 and list(body["answers"]) == list(QUESTIONS)
+    assert body["model"] == "scripted" == body["served_by"]["checkpoint"]
+    assert set(body["served_by"]) == {"checkpoint", "revision", "device", "weights_dtype", "compiled"}
+    timing = r.headers["server-timing"]
+    assert "queue;dur=" in timing and "infer;dur=" in timing
+
+
+def test_request_ids_are_echoed_or_generated(plain):
+    echoed = conforms(post(plain.url, BODY, headers={"X-Request-Id": "abc-123"}))
+    assert echoed.headers["x-request-id"] == "abc-123"
+    generated = conforms(post(plain.url, BODY))
+    assert 1 <= len(generated.headers["x-request-id"]) <= 128
+    invalid = conforms(post(plain.url, BODY, headers={"X-Request-Id": "x" * 129}))
+    assert invalid.headers["x-request-id"] != "x" * 129
+    missing = httpx.get(plain.url + "/nowhere")
+    assert missing.status_code == 404 and missing.headers["x-request-id"]
+
+
+def test_traceparent_continues_the_callers_trace(plain):
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    r = conforms(post(plain.url, BODY, headers={"traceparent": parent}))
+    version, trace, span, flags = r.headers["traceparent"].split("-")
+    assert (version, trace, flags) == ("00", "4bf92f3577b34da6a3ce929d0e0e4736", "01") and span != "00f067aa0ba902b7"
+
+
+def test_batch_answers_every_state_in_order(plain):
+    r = conforms(post(plain.url, {"states": ["one", "two", "three"], "questions": QUESTIONS}, path="/v1/systemone/batch"))
+    body = r.json()
+    assert len(body["results"]) == 3 and body["served_by"]["checkpoint"] == "scripted"
+    assert body["total_usage"]["input_tokens"] == sum(x["usage"]["input_tokens"] for x in body["results"])
+
+
+def test_probes(plain):
+    assert conforms(httpx.get(plain.url + "/livez")).json() == {"status": "ok"}
+    health = conforms(httpx.get(plain.url + "/health")).json()
+    assert health["ready"] is True and health["models"]["tiny"]["checkpoint"] == "scripted"
+    assert health["limits"] == Limits().to_json()
+    assert conforms(httpx.get(plain.url + "/readyz")).json() == health
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("content", "code", "status"),
+    [
+        (b'{"state": "x", "questions": ', "malformed_request", 400),
+        (b'[1, 2]', "malformed_request", 400),
+        (b'{"questions": {"q": {"type": "noul", "instructions": "?"}}}', "malformed_request", 400),
+        (b'{"state": "x"}', "malformed_request", 400),
+        (b'{"state": "x", "questions": {}}', "malformed_request", 400),
+        (b'{"state": "\\ud800", "questions": {"q": {"type": "noul", "instructions": "?"}}}', "malformed_request", 400),
+        (b'{"state": NaN, "questions": {"q": {"type": "noul", "instructions": "?"}}}', "malformed_request", 400),
+        (b"[" * 100_000 + b"]" * 100_000, "malformed_request", 400),
+        (json.dumps({"state": "x" * 50_001, "questions": QUESTIONS}).encode(), "state_too_large", 413),
+        (json.dumps({"state": "x", "questions": {f"q{i}": QUESTIONS["refund"] for i in range(65)}}).encode(), "too_many_questions", 413),
+        (json.dumps({"state": "x", "questions": QUESTIONS, "model": "klingon"}).encode(), "unknown_model", 422),
+        (json.dumps({"state": "x", "questions": {"q": {"type": "choice", "instructions": "?",
+                                                       "criteria": [f"o{i}" for i in range(101)]}}}).encode(), "too_large", 413),
+    ],
+)
+def test_bad_requests_get_the_documented_problem(plain, content, code, status):
+    r = conforms(post(plain.url, content=content, headers={"Content-Type": "application/json"}))
+    assert (r.status_code, r.json()["code"]) == (status, code)
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_every_invalid_question_is_named(plain):
+    questions = {
+        "ok": QUESTIONS["refund"],
+        "bad_type": {"type": "ranking", "instructions": "?"},
+        "no_criteria": {"type": "choice", "instructions": "Which?"},
+        "repeated": {"type": "choice", "instructions": "Which?", "criteria": ["a", "a"]},
+    }
+    r = conforms(post(plain.url, {"state": "x", "questions": questions}))
+    problem = r.json()
+    assert (r.status_code, problem["code"]) == (422, "invalid_question")
+    assert [e["question"] for e in problem["errors"]] == ["bad_type", "no_criteria", "repeated"]
+    assert problem["errors"][0]["pointer"] == "/questions/bad_type/type"
+
+
+def test_wrong_media_type_is_415(plain):
+    r = conforms(post(plain.url, content=json.dumps(BODY).encode(), headers={"Content-Type": "text/plain"}))
+    assert (r.status_code, r.json()["code"]) == (415, "unsupported_media_type")
+
+
+def test_body_over_the_limit_is_refused_before_it_is_read(plain):
+    big = b'{"state": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    r = conforms(post(plain.url, content=big, headers={"Content-Type": "application/json"}))
+    assert (r.status_code, r.json()["code"]) == (413, "too_large")
+
+    def chunks():  # no Content-Length: the cap must hold while reading
+        for _ in range(40):
+            yield b"x" * 65536
+
+    r = conforms(post(plain.url, content=chunks(), headers={"Content-Type": "application/json"}))
+    assert (r.status_code, r.json()["code"]) == (413, "too_large")
+
+
+# -- authentication -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("auth", [None, "Bearer wrong", "Bearer " + KEY + "x", "Basic " + KEY, "Bearer s\u00e9cret"])
+def test_bad_tokens_are_401_without_detail(keyed, auth):
+    headers = {"Authorization": auth} if auth else {}
+    r = conforms(post(keyed.url, BODY, headers={k: v.encode("utf-8") for k, v in headers.items()}))
+    problem = r.json()
+    assert (r.status_code, problem["code"]) == (401, "unauthorized") and r.headers["www-authenticate"] == "Bearer"
+    assert KEY not in r.text and "wrong" not in r.text
+
+
+def test_health_shows_liveness_only_without_the_token(keyed):
+    assert conforms(httpx.get(keyed.url + "/health")).json() == {"status": "ok"}
+    assert conforms(httpx.get(keyed.url + "/readyz")).json() == {"status": "ok"}
+    full = conforms(httpx.get(keyed.url + "/health", headers={"Authorization": "Bearer " + KEY})).json()
+    assert full["ready"] is True
+    assert conforms(post(keyed.url, BODY, headers={"Authorization": "Bearer " + KEY})).status_code == 200
+
+
+# -- lifecycle and load -------------------------------------------------------------------
+
+def test_not_ready_until_the_engine_is_warm_while_livez_answers():
+    gate = threading.Event()
+    with serve(ScriptedEngine(ready_gate=gate)) as server:
+        assert conforms(httpx.get(server.url + "/livez")).status_code == 200
+        r = conforms(httpx.get(server.url + "/readyz"))
+        assert (r.status_code, r.json()["code"]) == (503, "not_ready") and r.headers["retry-after"] == "1"
+        r = conforms(post(server.url, BODY))
+        assert (r.status_code, r.json()["code"]) == (503, "not_ready")
+        assert conforms(httpx.get(server.url + "/health")).json()["ready"] is False
+        gate.set()
+        wait_ready(server.url)
+        assert conforms(post(server.url, BODY)).status_code == 200
+
+
+def test_inference_failure_is_500_with_the_cause_only_in_the_log(caplog):
+    with serve(ScriptedEngine(fail_with=RuntimeError("CUDA OOM at /secret/path"))) as server:
+        r = conforms(post(server.url, BODY))
+    assert (r.status_code, r.json()["code"]) == (500, "inference_failed")
+    assert "secret" not in r.text
+    assert any("secret" in (rec.exc_text or "") or "secret" in str(rec.exc_info) for rec in caplog.records)
+
+
+def _slow_upload(url: str) -> socket.socket:
+    """Open a request that holds an admission slot: headers and half a body, then nothing."""
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port))
+    sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{\"state\": ")
+    return sock
+
+
+def test_beyond_max_concurrent_is_503_overloaded_at_once():
+    with serve(max_concurrent=1) as server:
+        holder = _slow_upload(server.url)
+        try:
+            time.sleep(0.2)
+            started = time.monotonic()
+            r = conforms(post(server.url, BODY))
+            assert time.monotonic() - started < 1.0
+            assert (r.status_code, r.json()["code"]) == (503, "overloaded") and r.headers["retry-after"] == "1"
+        finally:
+            holder.close()
+        time.sleep(0.2)
+        assert conforms(post(server.url, BODY)).status_code == 200
+
+
+def test_a_body_that_arrives_too_slowly_is_408_and_frees_its_slot():
+    with serve(max_concurrent=1, body_timeout_s=0.3) as server:
+        holder = _slow_upload(server.url)
+        try:
+            holder.settimeout(5)
+            reply = holder.recv(65536).decode("latin-1")
+        finally:
+            holder.close()
+        status_line, _, rest = reply.partition("\r\n")
+        assert " 408 " in status_line and "body_timeout" in rest
+        assert conforms(post(server.url, BODY)).status_code == 200
+
+
+def test_livez_answers_in_milliseconds_while_inference_is_busy():
+    with serve(ScriptedEngine(delay_s=1.0)) as server:
+        busy = threading.Thread(target=post, args=(server.url, BODY))
+        busy.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert httpx.get(server.url + "/livez").status_code == 200
+        elapsed = time.monotonic() - started
+        busy.join()
+    assert elapsed < 0.1
+
+
+def test_concurrent_requests_share_forward_passes():
+    engine = ScriptedEngine(delay_s=0.05)
+    with serve(engine, batch_window_ms=20, max_batch=16) as server:
+        threads = [threading.Thread(target=post, args=(server.url, BODY)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sum(engine.calls) >= 8 and len(engine.calls) < 8
