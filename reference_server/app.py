@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pytest_laya.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id
+from pytest_laya.headers import is_valid_request_id, new_request_id
 
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity

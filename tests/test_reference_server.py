@@ -273,3 +273,10 @@ def test_concurrent_requests_share_forward_passes():
         for t in threads:
             t.join()
     assert sum(engine.calls) >= 8 and len(engine.calls) < 8
+
+
+def test_a_batch_over_the_state_limit_is_413(plain):
+    r = conforms(post(plain.url, {"states": ["s"] * 65, "questions": QUESTIONS}, path="/v1/systemone/batch"))
+    assert (r.status_code, r.json()["code"]) == (413, "too_large")
+    r = conforms(post(plain.url, {"states": [], "questions": QUESTIONS}, path="/v1/systemone/batch"))
+    assert (r.status_code, r.json()["code"]) == (400, "malformed_request")
