@@ -85,10 +85,23 @@ def main(argv: list[str] | None = None) -> int:
     def announce() -> None:
         print(f"laya-reference-server ready at {url}", flush=True)
 
-    app = create_app(LayaEngine(checkpoints, device=args.device), settings, on_ready=announce)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    try:
+        engine = LayaEngine(checkpoints, device=args.device)
+    except ValueError as exc:  # a name laya cannot register (it lower-cases and resolves aliases)
+        sock.close()
+        parser.error(f"--checkpoint: {exc}")
+    failures: list[BaseException] = []
+
+    def give_up(exc: BaseException) -> None:
+        failures.append(exc)
+        print(f"laya-reference-server: error: loading the checkpoints failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        server.should_exit = True
+
+    app = create_app(engine, settings, on_ready=announce, on_load_failure=give_up)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    server.run(sockets=[sock])
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

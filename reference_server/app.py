@@ -101,10 +101,12 @@ class _Admission:
 class _Server:
     """State shared by the handlers: engine, batcher, settings, readiness."""
 
-    def __init__(self, engine: Engine, settings: ServerSettings, on_ready: Callable[[], None] | None) -> None:
+    def __init__(self, engine: Engine, settings: ServerSettings, on_ready: Callable[[], None] | None,
+                 on_load_failure: Callable[[BaseException], None] | None) -> None:
         self.engine = engine
         self.settings = settings
         self.on_ready = on_ready
+        self.on_load_failure = on_load_failure
         self.admission = _Admission(settings.max_concurrent, settings.retry_after_s)
         self.batcher: MicroBatcher | None = None
         self.load_error: BaseException | None = None
@@ -119,6 +121,8 @@ class _Server:
             except BaseException as exc:  # noqa: BLE001 - reported by /readyz and the log
                 self.load_error = exc
                 log.exception("loading the checkpoints failed")
+                if self.on_load_failure is not None:
+                    loop.call_soon_threadsafe(self.on_load_failure, exc)
                 return
             if self.on_ready is not None:
                 loop.call_soon_threadsafe(self.on_ready)
@@ -224,12 +228,14 @@ def create_app(
     settings: ServerSettings | None = None,
     *,
     on_ready: Callable[[], None] | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
 ) -> Starlette:
     """An ASGI app serving `engine` per the target spec; loading starts with the app's lifespan.
 
-    `on_ready` is called on the event loop once every checkpoint is loaded and warm.
+    `on_ready` is called on the event loop once every checkpoint is loaded and warm;
+    `on_load_failure` with the exception if loading failed (the app then stays not ready).
     """
-    server = _Server(engine, settings or ServerSettings(), on_ready)
+    server = _Server(engine, settings or ServerSettings(), on_ready, on_load_failure)
 
     async def decide(request: Request, *, batch: bool) -> Response:
         server.require_auth(request)

@@ -159,3 +159,12 @@ def test_bad_command_lines_are_usage_errors():
     for args in (["--max-concurrent", "0"], ["--checkpoint", "a=x", "--checkpoint", "a=y"], ["--port", "70000"]):
         result = subprocess.run([sys.executable, "-m", "reference_server", *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and "laya-reference-server: error:" in result.stderr, args
+
+
+def test_a_checkpoint_that_cannot_load_ends_the_server_with_one_clear_line(tmp_path):
+    missing = tmp_path / "no-such-checkpoint"
+    result = subprocess.run([sys.executable, "-m", "reference_server", "--port", "0", "--checkpoint", str(missing)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "laya-reference-server: error: loading the checkpoints failed" in result.stderr
+    assert str(missing) in result.stderr and "ready at" not in result.stdout
