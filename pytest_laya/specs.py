@@ -314,6 +314,16 @@ class Spec:
         _resolve_pointer(self.document, ref[1:], self.source)
         return self._schema_violations(ref[1:], instance, where)
 
+    def documented_headers(self, method: str, path: str, status: int) -> list[str]:
+        """Lower-case names of the headers the spec documents for this response (none if undocumented)."""
+        op = self.operation(method, path)
+        responses = op.definition.get("responses", {}) if op else {}
+        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
+        if key is None:
+            return []
+        response, _ = self._deref(responses[key], "")
+        return [name.lower() for name in (response.get("headers") or {}) if name.lower() != "content-type"]
+
     def is_valid(self, method: str, path: str, status: int, headers: Any, body: Any) -> bool:
         return not self.violations(method, path, status, headers, body)
 
