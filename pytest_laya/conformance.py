@@ -77,5 +77,24 @@ class Conformance:
                 "headers_met": sum(tally.headers.values()),
                 "headers_seen": len(tally.headers),
                 "operations_failing": sorted(op for op, ok in tally.operations.items() if not ok),
+                "operations": dict(sorted(tally.operations.items())),
+                "headers": dict(sorted(tally.headers.items())),
             })
         return out
+
+    def merge_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Fold in `rows()` of another `Conformance` (a pytest-xdist worker's), exactly.
+
+        Exchanges and violations add up; an operation or a header is met only if it is met in
+        every tally that saw it, so the merged counts are those one process would have seen.
+        """
+        for row in rows:
+            if not isinstance(row.get("operations"), dict) or not isinstance(row.get("headers"), dict):
+                raise ValueError("a conformance row without its 'operations' and 'headers' maps cannot be merged exactly")
+            tally = self._tallies[(row["server"], row["spec"])]
+            tally.exchanges += int(row["exchanges"])
+            tally.violations += int(row["violations"])
+            for operation, met in row["operations"].items():
+                tally.operations[operation] = tally.operations.get(operation, True) and bool(met)
+            for header, met in row["headers"].items():
+                tally.headers[header] = tally.headers.get(header, True) and bool(met)

@@ -4,24 +4,43 @@ Kept thin on purpose: the client, the fake, the cassettes and the validation liv
 modules and work without pytest. Every fixture here is a seam a project can override in its
 `conftest.py`. Heavy pieces (vcrpy, the reference server and so torch) are imported only by the
 fixtures that need them.
+
+After a run of the whole suite (no -k/-m, no paths or node ids but the rootdir or testpaths,
+nothing deselected, no --lf/--ff, no collection error, not stopped early) in replay or record
+mode, cassettes that pytest-laya wrote (they carry ``metadata.pytest_laya``) under the cassette
+directories in use and that no test used are listed as unused: in the terminal summary and as
+``unused_cassettes`` in the JSON report (null when not computed). That never fails the run.
+Cassettes of tests skipped before reaching theirs, and of modules skipped at collection, count
+as used.
+
+Under pytest-xdist each worker sends what it saw (cassette counts, the cassettes it used, the
+servers and conformance rows, what it collected) to the controller in its `workeroutput`; the
+controller merges them, so its summary, its JSON report and its unused-cassette check cover the
+whole run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .provenance import laya_version, read_health, recorded_identity
+from .unused_cassettes import CASSETTE_SUFFIX, find_unused, selection_problems
+
 MODES = ("replay", "record", "live", "fake")
 SERVERS = ("fake", "reference", "live")
 MARKER_OPTIONS = ("cassette", "server", "strict")
 _FAILED = pytest.StashKey[bool]()
+_CALLED = pytest.StashKey[bool]()
 _STATE = pytest.StashKey["LayaRun"]()
+#: The key of pytest-laya's part of an xdist worker's `workeroutput`.
+WORKEROUTPUT_KEY = "pytest_laya"
 
 
 # -- options ------------------------------------------------------------------------------
@@ -56,7 +75,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass
 class LayaRun:
-    """The run's resolved settings and what it saw, for fixtures and the summary."""
+    """The run's resolved settings and what it saw, for fixtures and the summary.
+
+    Under pytest-xdist the controller's `LayaRun` holds the merged totals of its workers.
+    """
 
     mode: str
     url: str | None
@@ -67,9 +89,20 @@ class LayaRun:
     report: Path | None
     checkpoint: str | None
     cassettes: dict[str, int] = field(default_factory=lambda: {"played": 0, "recorded": 0, "unchanged": 0, "discarded": 0})
+    #: Cassette files tests used (resolved), plus those of tests skipped before reaching theirs.
     used_cassettes: set[Path] = field(default_factory=set)
     servers: dict[str, str] = field(default_factory=dict)
     conformance: Any = None
+    #: Collected test modules, and modules skipped at collection (their cassettes are kept).
+    modules: set[Path] = field(default_factory=set)
+    skipped_modules: set[Path] = field(default_factory=set)
+    #: Why this run is not the whole suite (then unused cassettes are not computed).
+    partial: list[str] = field(default_factory=list)
+    #: Tests collected (by each xdist worker: all of them) and tests run (here, or relayed by xdist).
+    collected: int = 0
+    ran: int = 0
+    #: Cassettes no test used, relative to the rootdir; None when not computed.
+    unused_cassettes: list[str] | None = None
 
 
 def _resolve(config: pytest.Config) -> LayaRun:
@@ -132,6 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run = _resolve(config)
     run.conformance = Conformance()
     config.stash[_STATE] = run
+    config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
 
 
 def _run(config: pytest.Config) -> LayaRun:
@@ -154,6 +188,13 @@ def _marker(node: pytest.Item) -> dict[str, Any]:
     return dict(marker.kwargs)
 
 
+def _overridden(item: pytest.Item, name: str) -> bool:
+    """Whether the fixture `name` that `item` gets is a project's own, not this plugin's."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get(name) if info is not None else None
+    return bool(defs) and getattr(defs[-1].func, "__module__", __name__) != __name__
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = config.stash.get(_STATE, None)
     if run is None:
@@ -162,9 +203,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         options = _marker(item)  # typos fail the run at start-up, not one test at a time
         needs_url = run.mode in ("live", "record") and options.get("server") in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
-        if needs_url and uses_laya and not run.url:
+        if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
             raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or laya_url in the ini file), "
                                     f"or @pytest.mark.laya(server='reference') on the test ({item.nodeid})")
+
+
+# -- what the run selected and used, for the unused-cassette check ------------------------
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        run = items[0].config.stash.get(_STATE, None)
+        if run is not None:
+            run.partial.append(f"{len(items)} deselected")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    run = collector.config.stash.get(_STATE, None)
+    if run is not None:
+        if report.failed:
+            run.partial.append(f"collection error in {report.nodeid or 'the session'}")
+        elif report.skipped and isinstance(collector, pytest.Module):
+            run.skipped_modules.add(Path(collector.path))
+    return report
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    run = session.config.stash.get(_STATE, None)
+    if run is not None:
+        run.modules.update(Path(item.path) for item in session.items)
+        run.collected = max(run.collected, len(session.items))
+
+
+class _Progress:
+    """Counts the tests that ran, in this process or (on an xdist controller) relayed by workers.
+
+    A plugin object per config, because the hook has no config (and pytester runs nest).
+    """
+
+    def __init__(self, run: LayaRun) -> None:
+        self.run = run
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.run.ran += 1
+
+
+def _cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
+    """(cassette directory, path relative to it) of a test's cassette, as `laya_cassette` uses them."""
+    from .cassettes import cassette_relpath
+
+    options = _marker(node)
+    directory = run.cassette_dir or Path(node.path).parent / "cassettes"
+    relpath = Path(options["cassette"]) if options.get("cassette") else Path(cassette_relpath(node.nodeid))
+    return directory, relpath
+
+
+def _cassette_file(directory: Path, relpath: Path) -> Path:
+    """The file vcrpy opens for `relpath` in `directory` (``.yaml`` added as `laya_vcr` adds it)."""
+    full = str(directory / relpath)
+    return Path(full if full.endswith(CASSETTE_SUFFIX) else full + CASSETTE_SUFFIX).resolve()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -172,7 +270,62 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
     if report.failed:
         item.stash[_FAILED] = True
+    if report.when == "call":
+        item.stash[_CALLED] = True
+    if report.when == "setup" and not report.passed and "laya_cassette" in getattr(item, "fixturenames", ()):
+        # Skipped (or broken) before reaching its cassette: the test still owns it.
+        run = item.config.stash.get(_STATE, None)
+        if run is not None and run.mode in ("replay", "record"):
+            try:
+                run.used_cassettes.add(_cassette_file(*_cassette_location(item, run)))
+            except pytest.UsageError:
+                pass
     return report
+
+
+# -- pytest-xdist -------------------------------------------------------------------------
+
+def _export(run: LayaRun) -> dict[str, Any]:
+    """What a worker sends the controller (plain data: execnet carries no sets or paths)."""
+    return {
+        "cassettes": dict(run.cassettes),
+        "used_cassettes": sorted(str(p) for p in run.used_cassettes),
+        "servers": dict(run.servers),
+        "conformance": run.conformance.rows() if run.conformance else [],
+        "modules": sorted(str(p) for p in run.modules),
+        "skipped_modules": sorted(str(p) for p in run.skipped_modules),
+        "partial": list(run.partial),
+        "collected": run.collected,
+    }
+
+
+def _merge(run: LayaRun, data: Mapping[str, Any]) -> None:
+    for key, count in data.get("cassettes", {}).items():
+        run.cassettes[key] = run.cassettes.get(key, 0) + int(count)
+    run.used_cassettes.update(Path(p) for p in data.get("used_cassettes", ()))
+    run.servers.update(data.get("servers", {}))
+    if run.conformance is not None:
+        run.conformance.merge_rows(data.get("conformance", []))
+    run.modules.update(Path(p) for p in data.get("modules", ()))
+    run.skipped_modules.update(Path(p) for p in data.get("skipped_modules", ()))
+    run.partial.extend(data.get("partial", ()))
+    run.collected = max(run.collected, int(data.get("collected", 0)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: fold a finished worker's results into the run's totals."""
+    run = node.config.stash.get(_STATE, None)
+    if run is None:
+        return
+    output = getattr(node, "workeroutput", None) or {}
+    data = output.get(WORKEROUTPUT_KEY)
+    if data is None:
+        run.partial.append(f"worker {getattr(node, 'gateway', node)!s} sent no results" + (f" ({error})" if error else ""))
+        return
+    _merge(run, data)
+    if error or output.get("shouldfail") or output.get("shouldstop") or output.get("exitstatus") == int(pytest.ExitCode.INTERRUPTED):
+        run.partial.append("a worker stopped early")
 
 
 # -- fixtures -----------------------------------------------------------------------------
@@ -250,28 +403,81 @@ def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Any:
     return ServerHandle(url=laya_run.url, kind="live", spec=laya_run.spec or "current", api_key=laya_run.api_key)
 
 
+def _pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:
+    """Fail a test that pytest-recording's `vcr` marker would give the very same cassette file."""
+    if request.node.get_closest_marker("vcr") is None or not request.config.pluginmanager.has_plugin("recording"):
+        return
+    try:
+        theirs = Path(request.getfixturevalue("vcr_cassette_dir")) / request.getfixturevalue("default_cassette_name")
+    except pytest.FixtureLookupError:
+        return
+    if _cassette_file(theirs.parent, Path(theirs.name)) == ours:
+        pytest.fail(f"{request.node.nodeid} is marked @pytest.mark.vcr and uses a pytest-laya cassette: both would "
+                    f"use {ours}. Give pytest-laya's another name with @pytest.mark.laya(cassette=...) "
+                    f"(or pytest-recording's with @pytest.mark.default_cassette(...)).", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def _laya_recorded_health(laya_run: LayaRun) -> dict[str, Any]:
+    """/health documents of the servers being recorded, by URL: read once per session (per xdist
+    worker), before any test's fixtures, so that no cassette -- ours or pytest-recording's -- is
+    in place to capture the read. Empty outside record mode."""
+    cache: dict[str, Any] = {}
+    if laya_run.mode == "record" and laya_run.url:
+        from .servers import ServerHandle
+
+        cache[laya_run.url] = read_health(ServerHandle(url=laya_run.url, kind="live", api_key=laya_run.api_key))
+    return cache
+
+
 @pytest.fixture
-def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: Any) -> Iterator[Any]:
-    """The active cassette (`CassetteHandle`) in replay and record mode against a live server; None otherwise."""
+def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: Any,
+                  _laya_recorded_health: dict[str, Any]) -> Iterator[Any]:
+    """The active cassette (`CassetteHandle`) in replay and record mode against a live server; None otherwise.
+
+    When recording, the cassette's provenance says where it came from: the server kind, the
+    spec, the weights (`identity`: a response's `served_by`, else the server's /health entry for
+    the routed model) and the installed laya's version. /health is read once per session, or
+    once before a test if that read failed, never inside a cassette and never in replay.
+    """
     if laya_run.mode not in ("replay", "record") or laya_server.kind not in ("replay", "live"):
         yield None
         return
-    from .cassettes import cassette_relpath, laya_vcr
+    from .cassettes import laya_vcr
 
     options = _marker(request.node)
-    directory = laya_run.cassette_dir or Path(request.node.path).parent / "cassettes"
-    relpath = Path(options["cassette"]) if options.get("cassette") else Path(cassette_relpath(request.node.nodeid))
+    directory, relpath = _cassette_location(request.node, laya_run)
+    path = _cassette_file(directory, relpath)
+    _pytest_recording_clash(request, path)
+    laya_run.used_cassettes.add(path)  # the test owns it, whatever happens to it below
+    record = laya_run.mode == "record"
     strict = options.get("strict", laya_run.strict)
-    vcr = laya_vcr(record=laya_run.mode == "record", cassette_dir=directory, api_key=laya_run.api_key,
+    vcr = laya_vcr(record=record, cassette_dir=directory, api_key=laya_run.api_key,
                    strict=strict, record_hint="--laya-record")
-    provenance = {"server": laya_server.kind, "spec": laya_server.spec} if laya_run.mode == "record" else None
-    with vcr.cassette(relpath, provenance=provenance) as handle:
-        yield handle
-        if request.node.stash.get(_FAILED, False):
-            handle.discard()
-    laya_run.used_cassettes.add(handle.path.resolve())
-    key = {"replayed": "played", "written": "recorded"}.get(handle.outcome or "", handle.outcome or "played")
-    laya_run.cassettes[key] = laya_run.cassettes.get(key, 0) + 1
+    provenance = None
+    health = None
+    if record:
+        provenance = {"server": laya_server.kind, "spec": laya_server.spec, "laya_version": laya_version()}
+        health = _laya_recorded_health.get(laya_server.url)
+        if health is None:  # not read yet, or it failed: once more, before the cassette is in place
+            health = _laya_recorded_health[laya_server.url] = read_health(laya_server)
+    handle = None
+    try:
+        with vcr.cassette(relpath, provenance=provenance) as handle:
+            yield handle
+            if request.node.stash.get(_FAILED, False) or not request.node.stash.get(_CALLED, False):
+                handle.discard()  # failed, or never ran (interrupted): nothing to save or to hold it to
+            elif record:
+                try:
+                    handle.set_provenance(identity=recorded_identity(handle, health, getattr(laya_server, "model", None)))
+                except Exception:  # noqa: BLE001 - provenance never fails a test
+                    pass
+    finally:
+        if handle is not None:
+            laya_run.used_cassettes.add(handle.path.resolve())
+            if handle.outcome:
+                key = {"replayed": "played", "written": "recorded"}.get(handle.outcome, handle.outcome)
+                laya_run.cassettes[key] = laya_run.cassettes.get(key, 0) + 1
 
 
 def _observer(laya_run: LayaRun, server: Any):
@@ -313,7 +519,41 @@ def _summary(run: LayaRun) -> dict[str, Any]:
         "servers": run.servers,
         "cassettes": dict(run.cassettes),
         "conformance": run.conformance.rows() if run.conformance else [],
+        "unused_cassettes": run.unused_cassettes,
     }
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    # A wrapper, so this runs after the session's fixtures are torn down (even if that raised),
+    # and the innermost one, so it is done before xdist sends `workeroutput` and before the
+    # terminal summary is written.
+    try:
+        return (yield)
+    finally:
+        _conclude(session, exitstatus)
+
+
+def _conclude(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    run = config.stash.get(_STATE, None)
+    if run is None:
+        return
+    if session.shouldfail or session.shouldstop or exitstatus == pytest.ExitCode.INTERRUPTED:
+        run.partial.append("stopped early")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
+        config.workeroutput[WORKEROUTPUT_KEY] = _export(run)  # type: ignore[attr-defined]
+        return
+    if run.ran < run.collected:
+        run.partial.append(f"{run.collected - run.ran} of {run.collected} collected tests did not run")
+    run.unused_cassettes = None
+    if run.mode in ("replay", "record") and not run.partial and not selection_problems(config):
+        run.unused_cassettes = find_unused(run, config.rootpath)
+    if run.report is not None:
+        run.report.parent.mkdir(parents=True, exist_ok=True)
+        tmp = run.report.with_name(run.report.name + ".tmp")
+        tmp.write_text(json.dumps(_summary(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, run.report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -321,12 +561,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if run is None:
         return
     summary = _summary(run)
-    if run.report is not None:
-        run.report.parent.mkdir(parents=True, exist_ok=True)
-        tmp = run.report.with_name(run.report.name + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, run.report)
-    if not summary["servers"] and not any(summary["cassettes"].values()):
+    unused = summary["unused_cassettes"] or []
+    if not summary["servers"] and not any(summary["cassettes"].values()) and not unused:
         return
     tr = terminalreporter
     tr.section("pytest-laya")
@@ -339,3 +575,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")
     if c.get("discarded"):
         tr.line("a test failed while recording: its old cassette was kept; fix the test and run --laya-record again")
+    if unused:
+        tr.line(f"unused cassettes: {len(unused)} (delete them or run the tests that own them)", yellow=True)
+        for path in unused:
+            tr.line(f"  {path}")

@@ -181,3 +181,325 @@ def test_fixtures_are_documented(pytester):
     result = run(pytester, "--fixtures")
     for name in ("laya_client", "async_laya_client", "laya_server", "laya_fake_server", "laya_reference_server", "laya_cassette"):
         result.stdout.fnmatch_lines([f"{name}*"])
+
+
+# -- unused cassettes ------------------------------------------------------------------------
+
+TEST_TWO = TEST_DECIDE + """
+
+import pytest
+
+@pytest.mark.parametrize("state", ["a", "b"])
+def test_each(laya_client, state):
+    assert laya_client.decide(state, {"q": {"type": "noul", "instructions": "?"}})["q"].p >= 0
+"""
+
+
+def record(pytester, server, *args):
+    result = run(pytester, "--laya-record", f"--laya-url={server.url}", f"--laya-api-key={CANARY}", *args)
+    assert result.ret == 0, result.stdout.str()
+    return result
+
+
+def stale(pytester, *relpaths, source="cassettes/test_it/test_refund.yaml"):
+    """Copies of a real cassette where no test will look: what a renamed or deleted test leaves."""
+    text = (pytester.path / source).read_bytes()
+    for relpath in relpaths:
+        target = pytester.path / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(text)
+
+
+def unused_of(report):
+    return json.loads(report.read_text())["unused_cassettes"]
+
+
+def test_unused_cassettes_are_reported_after_the_whole_suite_and_never_fail_it(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_TWO)
+    record(pytester, laya_serve_like)
+    stale(pytester, "cassettes/test_it/test_renamed.yaml", "cassettes/test_deleted_module/test_x.yaml")
+    # Not pytest-laya's (no metadata.pytest_laya): pytest-recording's or a hand-made vcrpy cassette.
+    (pytester.path / "cassettes/test_it/test_plain_vcr.yaml").write_text("interactions: []\nversion: 1\n")
+    (pytester.path / "cassettes/test_it/.test_refund.yaml.abc.tmp").write_text("half written")
+    report = pytester.path / "laya.json"
+    result = run(pytester, f"--laya-report={report}")
+    assert result.ret == 0
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "unused cassettes: 2 (delete them or run the tests that own them)",
+        "  cassettes/test_deleted_module/test_x.yaml",
+        "  cassettes/test_it/test_renamed.yaml",
+    ])
+    assert unused_of(report) == ["cassettes/test_deleted_module/test_x.yaml", "cassettes/test_it/test_renamed.yaml"]
+    # The rootdir given as the one path is still the whole suite.
+    run(pytester, str(pytester.path)).stdout.fnmatch_lines(["unused cassettes: 2 *"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-k", "refund"],
+        ["-m", "not slow"],
+        ["test_it.py::test_refund"],
+        ["test_it.py"],
+        ["--deselect", "test_it.py::test_each[b]"],
+        ["-x"],  # stopped by the failing test before the others ran
+        ["--continue-on-collection-errors"],  # a module that cannot be collected
+        ["-p", "interrupt"],  # Ctrl-C in the middle of the run
+        ["--collect-only"],
+        ["--fixtures"],
+    ],
+    ids=["keyword", "markexpr", "node-id", "file", "deselected-parametrisation", "stopped-early", "collection-error",
+         "interrupted", "collect-only", "fixtures"],
+)
+def test_a_partial_run_never_reports_unused_cassettes(pytester, laya_serve_like, args):
+    pytester.makepyfile(test_it=TEST_TWO)
+    record(pytester, laya_serve_like)
+    stale(pytester, "cassettes/test_it/test_renamed.yaml")
+    if "-x" in args:
+        pytester.makepyfile(test_aaa_fails="def test_fails():\n    assert False\n")
+    if "--continue-on-collection-errors" in args:
+        pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
+    if "interrupt" in args:
+        pytester.makepyfile(interrupt="def pytest_runtest_call(item):\n    if 'each[a]' in item.nodeid:\n"
+                                      "        raise KeyboardInterrupt\n")
+        pytester.syspathinsert()
+    report = pytester.path / "laya.json"
+    result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", f"--laya-report={report}", *args,
+                                no_reraise_ctrlc=True)
+    assert "unused cassettes" not in result.stdout.str()
+    assert unused_of(report) is None
+    if "-x" in args:  # a failing test alone does not stop the check: stopping early does
+        run(pytester, f"--laya-report={report}").assert_outcomes(passed=3, failed=1)
+        assert unused_of(report) == ["cassettes/test_it/test_renamed.yaml"]
+
+
+def test_cassettes_of_skipped_tests_and_modules_are_not_unused(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_TWO, test_later=TEST_DECIDE)
+    record(pytester, laya_serve_like)
+    pytester.makepyfile(test_it="import pytest\n" + TEST_TWO.replace("def test_refund", "@pytest.mark.skip('not today')\ndef test_refund"),
+                        test_later="import pytest\npytest.skip('the whole module', allow_module_level=True)\n" + TEST_DECIDE)
+    report = pytester.path / "laya.json"
+    result = run(pytester, f"--laya-report={report}", "-rs")
+    result.assert_outcomes(passed=2, skipped=2)
+    assert unused_of(report) == []
+    assert "unused cassettes" not in result.stdout.str()
+
+
+def test_unused_cassettes_in_a_configured_cassette_dir_and_testpaths(pytester, laya_serve_like):
+    pytester.makeini("[pytest]\ntestpaths = tests\nlaya_cassette_dir = recorded\n")
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "test_it.py").write_text(TEST_DECIDE)
+    record(pytester, laya_serve_like)
+    assert (pytester.path / "recorded/test_it/test_refund.yaml").is_file()
+    stale(pytester, "recorded/test_it/test_old.yaml", source="recorded/test_it/test_refund.yaml")
+    report = pytester.path / "laya.json"
+    for args in ([], ["tests"]):  # the configured testpaths, or no paths: the whole suite
+        run(pytester, f"--laya-report={report}", *args).assert_outcomes(passed=1)
+        assert unused_of(report) == ["recorded/test_it/test_old.yaml"]
+    run(pytester, f"--laya-report={report}", "tests/test_it.py").assert_outcomes(passed=1)
+    assert unused_of(report) is None
+
+
+def test_unused_cassettes_are_not_computed_where_cassettes_are_not_used(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, laya_serve_like)
+    stale(pytester, "cassettes/test_it/test_renamed.yaml")
+    report = pytester.path / "laya.json"
+    run(pytester, "--laya-mode=fake", f"--laya-report={report}").assert_outcomes(passed=1)
+    assert unused_of(report) is None
+
+
+# -- provenance --------------------------------------------------------------------------
+
+def cassette_data(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def test_recording_writes_where_the_cassette_came_from(pytester):
+    from importlib import metadata
+
+    try:
+        laya_version = metadata.version("laya")
+    except metadata.PackageNotFoundError:
+        laya_version = None
+    pytester.makepyfile(test_it=TEST_DECIDE + TEST_DECIDE.replace("def test_refund", "def test_again"))
+    with FakeLayaServer(flavor="target", model="tiny-laya", revision="r42") as target:
+        run(pytester, "--laya-record", f"--laya-url={target.url}", "--laya-spec=target").assert_outcomes(passed=2)
+        health_reads = [r for r in target.requests if r.path == "/health"]
+    data = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")
+    meta = data["metadata"]["pytest_laya"]
+    assert meta["server"] == "live" and meta["spec"] == "target"
+    assert meta["identity"] == {"checkpoint": "tiny-laya", "revision": "r42", "device": "cpu",
+                                "weights_dtype": "float32", "compiled": False, "source": "served_by"}
+    assert meta.get("laya_version") == laya_version
+    # The identity read is not part of the cassette; there is one per session (plus the start-up check).
+    assert [i["request"]["uri"] for i in data["interactions"]] == ["http://laya.invalid/v1/systemone"]
+    assert len(health_reads) == 2
+    assert cassette_data(pytester.path / "cassettes/test_it/test_again.yaml")["metadata"]["pytest_laya"]["identity"] == meta["identity"]
+    # Replay reads nothing from any server (and holds the responses to the spec they were recorded under).
+    run(pytester, "--laya-spec=target").assert_outcomes(passed=2)
+
+
+def test_recording_laya_serve_names_its_revision_from_health(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, laya_serve_like)
+    meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
+    assert meta["identity"] == {"checkpoint": "fake-laya", "revision": "fake-0", "device": "cpu", "source": "health"}
+    assert CANARY not in json.dumps(meta)
+
+
+def test_an_unreadable_identity_never_fails_the_test(pytester):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as server:
+        # The start-up reachability check and both provenance reads (the session's, the test's) get garbage.
+        server.garbage_body(status=500).garbage_body(status=500).garbage_body(status=500)
+        run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
+    meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
+    assert meta["server"] == "live"
+    # No /health document: the weights are named as far as the recorded responses name them.
+    assert meta["identity"] == {"checkpoint": "fake-laya", "source": "routing"}
+
+
+# -- async -------------------------------------------------------------------------------
+
+TEST_ASYNC = """
+async def test_refund_async(async_laya_client):
+    decision = await async_laya_client.decide("I was charged twice. Refund me.", {
+        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    })
+    assert 0 <= decision["refund"].p <= 1
+"""
+
+
+def run_async(pytester, *args):
+    return pytester.runpytest("-p", "asyncio", "-p", "no:cacheprovider", *args)
+
+
+def test_async_client_in_fake_and_replay_mode(pytester, laya_serve_like):
+    pytester.makeini("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_it=TEST_ASYNC)
+    run_async(pytester, "--laya-mode=fake").assert_outcomes(passed=1)
+    recorded = run_async(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}")
+    recorded.assert_outcomes(passed=1)
+    served = len(laya_serve_like.requests)
+    replayed = run_async(pytester)
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(["cassettes: 1 played, 0 recorded*"])
+    assert len(laya_serve_like.requests) == served
+
+
+# -- strict and non-strict replay --------------------------------------------------------
+
+TEST_TWICE = """
+import pytest
+
+def test_twice(laya_client):
+    for state in ("first", "second"):
+        assert laya_client.decide(state, {"q": {"type": "noul", "instructions": "?"}})["q"].p >= 0
+"""
+
+
+def test_unplayed_interactions_fail_strict_replay_only(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_TWICE)
+    record(pytester, laya_serve_like)
+    pytester.makepyfile(test_it=TEST_TWICE.replace('("first", "second")', '("first",)'))
+    strict = run(pytester)
+    strict.assert_outcomes(passed=1, errors=1)
+    strict.stdout.fnmatch_lines(["*CassetteUnplayed*1 of * recorded interactions in *test_twice.yaml were never played: "
+                                 "POST /v1/systemone *second*--laya-record*strict=False*"])
+    run(pytester, "--laya-strict").assert_outcomes(passed=1, errors=1)
+    run(pytester, "--no-laya-strict").assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nlaya_strict = false\n")
+    run(pytester).assert_outcomes(passed=1)
+    run(pytester, "--laya-strict").assert_outcomes(passed=1, errors=1)  # the command line wins
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_it=TEST_TWICE.replace('("first", "second")', '("first",)')
+                        .replace("def test_twice", "@pytest.mark.laya(strict=False)\ndef test_twice"))
+    run(pytester).assert_outcomes(passed=1)
+
+
+# -- a downstream project ------------------------------------------------------------------
+
+def test_a_project_points_the_fixtures_at_its_own_server(pytester):
+    pytester.makeconftest("""
+import pytest
+from pytest_laya.fake import FakeLayaServer
+from pytest_laya.servers import ServerHandle
+
+@pytest.fixture(scope="session")
+def our_laya():
+    with FakeLayaServer(flavor="laya-serve-0.4.15", model="ours") as server:
+        yield server
+
+@pytest.fixture
+def laya_server(our_laya):
+    return ServerHandle(url=our_laya.url, kind="staging", spec="current")
+""")
+    pytester.makepyfile(test_it=TEST_DECIDE + """
+
+def test_it_is_ours(laya_server, laya_cassette, our_laya):
+    assert laya_server.url == our_laya.url and laya_cassette is None
+""")
+    for args in ([], ["--laya-mode=live"], ["--laya-mode=fake"]):  # live needs no --laya-url: the project chose
+        result = run(pytester, *args)
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines(["*servers: staging http://127.0.0.1:* (current spec)",
+                                     "*staging http://127.0.0.1:* current *operations 2/2*0 violations*"])
+    assert not (pytester.path / "cassettes").exists()
+
+
+# -- pytest-recording beside it ----------------------------------------------------------
+
+TEST_BESIDE_VCR = TEST_DECIDE + """
+import os
+import urllib.request
+
+import pytest
+
+
+@pytest.mark.vcr
+def test_plain_vcr():
+    with urllib.request.urlopen(os.environ["PLAIN_URL"] + "/health") as response:
+        assert b"ok" in response.read()
+"""
+
+
+def test_pytest_recording_and_pytest_laya_side_by_side(pytester, laya_serve_like, monkeypatch):
+    pytest.importorskip("pytest_recording")
+    monkeypatch.setenv("PLAIN_URL", laya_serve_like.url)
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    pytester.makepyfile(test_it=TEST_BESIDE_VCR)
+
+    def sub(*args):
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *args)
+
+    recorded = sub("--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}", "--record-mode=once")
+    recorded.assert_outcomes(passed=2)
+    folder = pytester.path / "cassettes" / "test_it"
+    assert sorted(p.name for p in folder.iterdir()) == ["test_plain_vcr.yaml", "test_refund.yaml"]
+    served = len(laya_serve_like.requests)
+    report = pytester.path / "laya.json"
+    replayed = sub(f"--laya-report={report}")  # pytest-laya replays, pytest-recording's default mode is none
+    replayed.assert_outcomes(passed=2)
+    replayed.stdout.fnmatch_lines(["cassettes: 1 played, 0 recorded*"])
+    assert len(laya_serve_like.requests) == served
+    assert unused_of(report) == []  # pytest-recording's cassette is not pytest-laya's to call unused
+    listed = sub("--fixtures")
+    for name in ("vcr_config", "vcr ", "laya_cassette", "laya_client"):
+        listed.stdout.fnmatch_lines([f"{name}*"])
+    markers = sub("--markers")
+    for name in ("vcr:", "laya("):
+        markers.stdout.fnmatch_lines([f"@pytest.mark.{name}*"])
+
+
+def test_one_test_cannot_give_both_plugins_the_same_cassette(pytester, laya_serve_like, monkeypatch):
+    pytest.importorskip("pytest_recording")
+    monkeypatch.setenv("PLAIN_URL", laya_serve_like.url)
+    pytester.makepyfile(test_it=TEST_DECIDE.replace("def test_refund", "import pytest\n\n@pytest.mark.vcr\ndef test_refund"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_refund is marked @pytest.mark.vcr and uses a pytest-laya cassette: both would "
+                                 "use *test_refund.yaml*@pytest.mark.laya(cassette=...)*"])
