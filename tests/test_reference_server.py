@@ -224,6 +224,21 @@ def _slow_upload(url: str) -> socket.socket:
     return sock
 
 
+def _read_response(sock: socket.socket) -> str:
+    """One whole HTTP response from a raw socket (headers and body may arrive apart)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or b""
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode("latin-1")
+
+
 def test_beyond_max_concurrent_is_503_overloaded_at_once():
     with serve(max_concurrent=1) as server:
         holder = _slow_upload(server.url)
@@ -244,7 +259,7 @@ def test_a_body_that_arrives_too_slowly_is_408_and_frees_its_slot():
         holder = _slow_upload(server.url)
         try:
             holder.settimeout(5)
-            reply = holder.recv(65536).decode("latin-1")
+            reply = _read_response(holder)
         finally:
             holder.close()
         status_line, _, rest = reply.partition("\r\n")
