@@ -502,6 +502,17 @@ def laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Iter
 
 
 @pytest.fixture
+def laya_model(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Iterator[Any]:
+    """The served client as a `DecisionModel` (`ServedLayaModel`), for contract-style tests."""
+    from .models import ServedLayaModel
+
+    model = ServedLayaModel(laya_server.url, name=f"served-laya ({laya_server.kind})", api_key=laya_server.api_key,
+                            model=laya_server.model, on_exchange=_observer(laya_run, laya_server))
+    yield model
+    model.close()
+
+
+@pytest.fixture
 async def async_laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any):
     """The async twin of `laya_client` (needs an async test runner such as pytest-asyncio or anyio)."""
     from .client import AsyncServedLayaClient

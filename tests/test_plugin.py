@@ -179,7 +179,7 @@ def test_garbage_is_an_error(laya_fake_server):
 def test_fixtures_are_documented(pytester):
     pytester.makepyfile(test_it="def test_x(): pass\n")
     result = run(pytester, "--fixtures")
-    for name in ("laya_client", "async_laya_client", "laya_server", "laya_fake_server", "laya_reference_server", "laya_cassette"):
+    for name in ("laya_client", "async_laya_client", "laya_model", "laya_server", "laya_fake_server", "laya_reference_server", "laya_cassette"):
         result.stdout.fnmatch_lines([f"{name}*"])
 
 
@@ -503,3 +503,24 @@ def test_one_test_cannot_give_both_plugins_the_same_cassette(pytester, laya_serv
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*test_refund is marked @pytest.mark.vcr and uses a pytest-laya cassette: both would "
                                  "use *test_refund.yaml*@pytest.mark.laya(cassette=...)*"])
+
+
+def test_laya_model_is_a_decision_model_in_every_mode(pytester, laya_serve_like):
+    pytester.makeini("[pytest]\nasyncio_mode = auto\n")
+    pytester.makepyfile(test_it="""
+from pytest_laya.models import DecisionModel
+
+QUESTIONS = {"refund": {"type": "noul", "instructions": "Refund?"}}
+
+def test_sync(laya_model):
+    assert isinstance(laya_model, DecisionModel)
+    decision = laya_model.decide("I was charged twice.", QUESTIONS)
+    assert laya_model.model == decision.model and decision["refund"].p >= 0
+    laya_model.close(); laya_model.close()
+
+async def test_async_agrees(laya_model):
+    sync = laya_model.decide("I was charged twice.", QUESTIONS)
+    assert (await laya_model.adecide("I was charged twice.", QUESTIONS)).answers == sync.answers
+""")
+    fake = pytester.runpytest_subprocess("-p", "asyncio", "--laya-mode=fake")
+    fake.assert_outcomes(passed=2)
