@@ -93,6 +93,14 @@ class LayaRun:
     used_cassettes: set[Path] = field(default_factory=set)
     servers: dict[str, str] = field(default_factory=dict)
     conformance: Any = None
+
+    def tracker(self) -> Any:
+        """The conformance tracker, made on first use: start-up then imports neither httpx nor the specs."""
+        if self.conformance is None:
+            from .conformance import Conformance
+
+            self.conformance = Conformance()
+        return self.conformance
     #: Collected test modules, and modules skipped at collection (their cassettes are kept).
     modules: set[Path] = field(default_factory=set)
     skipped_modules: set[Path] = field(default_factory=set)
@@ -160,10 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.option.help:
         return
-    from .conformance import Conformance
-
     run = _resolve(config)
-    run.conformance = Conformance()
     config.stash[_STATE] = run
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
 
@@ -304,8 +309,8 @@ def _merge(run: LayaRun, data: Mapping[str, Any]) -> None:
         run.cassettes[key] = run.cassettes.get(key, 0) + int(count)
     run.used_cassettes.update(Path(p) for p in data.get("used_cassettes", ()))
     run.servers.update(data.get("servers", {}))
-    if run.conformance is not None:
-        run.conformance.merge_rows(data.get("conformance", []))
+    if data.get("conformance"):
+        run.tracker().merge_rows(data["conformance"])
     run.modules.update(Path(p) for p in data.get("modules", ()))
     run.skipped_modules.update(Path(p) for p in data.get("skipped_modules", ()))
     run.partial.extend(data.get("partial", ()))
@@ -486,7 +491,7 @@ def _observer(laya_run: LayaRun, server: Any):
     label = f"{server.kind} {server.url}" if server.kind != "replay" else "replay"
 
     def observe(exchange: Any) -> None:
-        violations = laya_run.conformance.check(exchange, server=label, claimed=server.spec)
+        violations = laya_run.tracker().check(exchange, server=label, claimed=server.spec)
         if violations:
             raise SpecViolationError(exchange, server.spec, violations)
 
