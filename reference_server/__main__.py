@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 
 from .settings import ServerSettings
@@ -43,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require this bearer token (default: LAYA_API_KEY)")
     p.add_argument("--max-concurrent", type=int, default=16, help="decisions in flight before 503 overloaded")
     p.add_argument("--max-batch", type=int, default=16, help="requests per batched forward pass")
-    p.add_argument("--batch-window-ms", type=float, default=2.0, help="how long a batch waits for company")
+    p.add_argument("--batch-window-ms", type=float, default=0.0,
+                   help="how long an idle server's first request waits for company (default 0: under load, "
+                        "requests that queue while a pass runs share the next one anyway)")
     p.add_argument("--show-checkpoint", action="store_true", help="print the embedded checkpoint's directory and exit")
     return p
 
@@ -74,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     from .app import create_app
     from .engine import LayaEngine
 
+    from .serving import listen_tcp
+
     try:
-        sock = socket.create_server((args.host, args.port))
+        sock = listen_tcp(args.host, args.port)
     except OSError as exc:
         parser.error(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
     host, port = sock.getsockname()[:2]

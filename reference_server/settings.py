@@ -36,7 +36,7 @@ class ServerSettings:
     # Requests past authentication at once; beyond it, 503 overloaded at once, never a queue.
     max_concurrent: int = 16
     max_batch: int = 16
-    batch_window_ms: float = 2.0
+    batch_window_ms: float = 0.0
     # Seconds a request may take to deliver its body before a 408 frees its admission slot.
     body_timeout_s: float = 10.0
     retry_after_s: int = 1
