@@ -44,6 +44,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .problems import PROBLEM_STATUS, PROBLEM_TITLES
 from .errors import LayaConfigError
 from .faults import (
     DEFAULT_GARBAGE,
@@ -107,39 +108,6 @@ _SERVER = "pytest-laya-fake"
 _QUESTION_TYPES = ("choice", "score", "noul")
 _NOUL_KEYS = {"true", "false"}
 
-# The target spec's problem codes (docs of laya-systemone.openapi.yaml), and their statuses.
-_STATUS_OF: dict[str, int] = {
-    "malformed_request": 400,
-    "unauthorized": 401,
-    "body_timeout": 408,
-    "too_large": 413,
-    "too_many_questions": 413,
-    "state_too_large": 413,
-    "unsupported_media_type": 415,
-    "invalid_question": 422,
-    "unknown_model": 422,
-    "inference_failed": 500,
-    "backend_unavailable": 502,
-    "overloaded": 503,
-    "not_ready": 503,
-    "backend_timeout": 504,
-}
-_TITLES: dict[str, str] = {
-    "malformed_request": "Malformed request",
-    "unauthorized": "Unauthorized",
-    "body_timeout": "Request body timeout",
-    "too_large": "Request body too large",
-    "too_many_questions": "Too many questions",
-    "state_too_large": "State too large",
-    "unsupported_media_type": "Unsupported media type",
-    "invalid_question": "Invalid question",
-    "unknown_model": "Unknown model",
-    "inference_failed": "Inference failed",
-    "backend_unavailable": "Backend unavailable",
-    "overloaded": "Overloaded",
-    "not_ready": "Not ready",
-    "backend_timeout": "Backend timeout",
-}
 # FakeLayaServer.status(code): the problem code each documented status gets in the target flavor.
 _SCRIPTED_CODE: dict[int, str] = {
     400: "malformed_request",
@@ -276,7 +244,7 @@ class _Refusal(Exception):
                  errors: list[dict[str, str]] | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail or code or status)
         self.code = code
-        self.status = status if status is not None else _STATUS_OF[code]  # type: ignore[index]
+        self.status = status if status is not None else PROBLEM_STATUS[code]  # type: ignore[index]
         self.detail = detail
         self.errors = errors or []
         self.headers = dict(headers or {})
@@ -485,7 +453,7 @@ class FakeLaya:
         if self.flavor == LAYA_SERVE:
             return refusal.status, {"Content-Type": _JSON, **refusal.headers}, {"detail": refusal.detail}
         code = refusal.code or "malformed_request"
-        body: dict[str, Any] = {"type": f"/problems/{code}", "title": _TITLES[code], "status": refusal.status, "code": code}
+        body: dict[str, Any] = {"type": f"/problems/{code}", "title": PROBLEM_TITLES[code], "status": refusal.status, "code": code}
         if refusal.detail:
             body["detail"] = refusal.detail
         if refusal.errors:

@@ -12,7 +12,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ServerError", "read_server_error"]
+__all__ = ["ServerError", "read_server_error", "PROBLEM_STATUS", "PROBLEM_TITLES"]
+
+# The target spec's stable problem codes, the status each is sent with, and its title: one
+# table for every server the kit has (the reference server and the fake).
+PROBLEM_STATUS: dict[str, int] = {
+    "malformed_request": 400,
+    "unauthorized": 401,
+    "body_timeout": 408,
+    "too_large": 413,
+    "too_many_questions": 413,
+    "state_too_large": 413,
+    "unsupported_media_type": 415,
+    "invalid_question": 422,
+    "unknown_model": 422,
+    "inference_failed": 500,
+    "backend_unavailable": 502,
+    "overloaded": 503,
+    "not_ready": 503,
+    "backend_timeout": 504,
+}
+
+PROBLEM_TITLES: dict[str, str] = {
+    "malformed_request": "Malformed request",
+    "unauthorized": "Unauthorized",
+    "body_timeout": "Request body timeout",
+    "too_large": "Request body too large",
+    "too_many_questions": "Too many questions",
+    "state_too_large": "State too large",
+    "unsupported_media_type": "Unsupported media type",
+    "invalid_question": "Invalid question",
+    "unknown_model": "Unknown model",
+    "inference_failed": "Inference failed",
+    "backend_unavailable": "Backend unavailable",
+    "overloaded": "Overloaded",
+    "not_ready": "Not ready",
+    "backend_timeout": "Backend timeout",
+}
 
 _MAX_DETAIL = 500
 

@@ -9,41 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_laya.problems import PROBLEM_STATUS as STATUS_OF
+from pytest_laya.problems import PROBLEM_TITLES as TITLES
+
 __all__ = ["Problem", "STATUS_OF", "TITLES"]
-
-STATUS_OF: dict[str, int] = {
-    "malformed_request": 400,
-    "unauthorized": 401,
-    "body_timeout": 408,
-    "too_large": 413,
-    "too_many_questions": 413,
-    "state_too_large": 413,
-    "unsupported_media_type": 415,
-    "invalid_question": 422,
-    "unknown_model": 422,
-    "inference_failed": 500,
-    "backend_unavailable": 502,
-    "overloaded": 503,
-    "not_ready": 503,
-    "backend_timeout": 504,
-}
-
-TITLES: dict[str, str] = {
-    "malformed_request": "Malformed request",
-    "unauthorized": "Unauthorized",
-    "body_timeout": "Request body timeout",
-    "too_large": "Request body too large",
-    "too_many_questions": "Too many questions",
-    "state_too_large": "State too large",
-    "unsupported_media_type": "Unsupported media type",
-    "invalid_question": "Invalid question",
-    "unknown_model": "Unknown model",
-    "inference_failed": "Inference failed",
-    "backend_unavailable": "Backend unavailable",
-    "overloaded": "Overloaded",
-    "not_ready": "Not ready",
-    "backend_timeout": "Backend timeout",
-}
 
 
 class Problem(Exception):

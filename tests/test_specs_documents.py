@@ -117,3 +117,10 @@ def test_current_lists_known_gaps():
     gaps = Spec.current().document["x-known-gaps"]
     assert {"no-problem-json", "no-request-id", "no-served-by"} <= {g["id"] for g in gaps}
     assert all(g.get("summary") for g in gaps)
+
+
+def test_the_servers_problem_table_is_the_target_specs():
+    from pytest_laya.problems import PROBLEM_STATUS, PROBLEM_TITLES
+
+    assert set(PROBLEM_STATUS) == set(Spec.target().document["components"]["schemas"]["ErrorCode"]["enum"])
+    assert set(PROBLEM_TITLES) == set(PROBLEM_STATUS)
