@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .problems import PROBLEM_STATUS, PROBLEM_TITLES
-from .errors import LayaConfigError
+from .target_requests import RequestRefusal, check_questions, request_states
 from .faults import (
     DEFAULT_GARBAGE,
     Action,
@@ -61,7 +61,6 @@ from .faults import (
     Truncate,
 )
 from .headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id
-from .questions import normalize_question
 
 __all__ = [
     "FLAVORS",
@@ -519,66 +518,12 @@ class FakeLaya:
         model = body.get("model")
         if model is not None and (not isinstance(model, str) or model != self.model):
             raise _Refusal("unknown_model", f"model {model!r} is not served here; served: {self.model}")
-        if batch:
-            states = body.get("states")
-            if not isinstance(states, list) or not states:
-                raise _Refusal("malformed_request", "a batch needs 'states', a non-empty list")
-            if len(states) > self.limits["max_batch_states"]:
-                raise _Refusal("too_large", f"{len(states)} states, the limit is {self.limits['max_batch_states']}")
-            for i, state in enumerate(states):
-                self._target_state(state, f"states[{i}]")
-        else:
-            if "state" not in body:
-                raise _Refusal("malformed_request", "request body must have 'state'")
-            states = [body["state"]]
-            self._target_state(states[0], "'state'")
-        return states, self._target_questions(body), model is not None
-
-    def _target_state(self, state: Any, where: str) -> None:
-        if not isinstance(state, (str, dict, list)):
-            raise _Refusal("malformed_request", f"{where} must be text, a JSON object or a list of turns")
-        chars = len(state) if isinstance(state, str) else len(json.dumps(state, ensure_ascii=False))
-        limit = self.limits["max_state_chars"]
-        if chars > limit:
-            raise _Refusal("state_too_large", f"{where} has {chars} characters, the limit is {limit}")
-
-    def _target_questions(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        if "questions" not in body:
-            raise _Refusal("malformed_request", "request body must have 'questions'")
-        questions = body["questions"]
-        if not isinstance(questions, Mapping):
-            raise _Refusal("malformed_request", "'questions' must be an object of id -> question")
-        if not questions:
-            raise _Refusal("malformed_request", "'questions' is empty: ask at least one question")
-        if len(questions) > self.limits["max_questions"]:
-            raise _Refusal("too_many_questions", f"{len(questions)} questions, the limit is {self.limits['max_questions']}")
-        from .specs import Spec  # lazy: only a target-flavor decision reads the spec
-
-        spec = Spec.target()
-        invalid: list[dict[str, str]] = []
-        oversized: list[dict[str, str]] = []
-        for qid, definition in questions.items():
-            where = _pointer(qid)
-            found = spec.schema_violations("#/components/schemas/Question", definition, where=where)
-            if found:
-                first = found[0]
-                invalid.append({"question": qid, "pointer": first.where,
-                                "detail": f"expected {first.expected}, got {first.actual}"})
-                continue
-            try:
-                asked = normalize_question(qid, definition)
-            except LayaConfigError as exc:
-                invalid.append({"question": qid, "pointer": where, "detail": exc.summary})
-                continue
-            if asked.type == "choice" and len(asked.option_keys) > self.limits["max_options"]:
-                oversized.append({"question": qid, "pointer": f"{where}/criteria",
-                                  "detail": f"{len(asked.option_keys)} options, the limit is {self.limits['max_options']}"})
-        if oversized:
-            raise _Refusal("too_large", "a choice question has more options than allowed", errors=oversized)
-        if invalid:
-            noun = "question is" if len(invalid) == 1 else "questions are"
-            raise _Refusal("invalid_question", f"{len(invalid)} {noun} invalid", errors=invalid)
-        return dict(questions)
+        try:
+            states = request_states(body, self.limits, batch=batch)
+            questions = check_questions(body, self.limits)
+        except RequestRefusal as refusal:
+            raise _Refusal(refusal.code, refusal.detail, errors=refusal.errors) from None
+        return states, questions, model is not None
 
     # -- laya-serve validation: its order, its words, the first problem only ------------------
 

@@ -1,0 +1,96 @@
+"""What the target spec refuses in a decision request, checked the one way every server here does.
+
+The reference server and the fake both call this, so the same body gets the same problem code,
+detail and `errors[]` from either. Checks run cheapest first: shape, counts and sizes, then each
+question against the target's `Question` schema and the kit's question rules. Every invalid
+question is reported, not just the first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import LayaConfigError
+from .questions import normalize_question
+
+__all__ = ["RequestRefusal", "check_state", "check_questions", "request_states"]
+
+
+class RequestRefusal(Exception):
+    """A request the target spec refuses: a stable problem `code`, a detail, `errors[]`."""
+
+    def __init__(self, code: str, detail: str, *, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.errors = errors or []
+
+
+def _pointer(qid: str) -> str:
+    return "/questions/" + qid.replace("~", "~0").replace("/", "~1")
+
+
+def check_state(state: Any, limits: Mapping[str, int], where: str) -> None:
+    if not isinstance(state, (str, dict, list)):
+        raise RequestRefusal("malformed_request", f"{where} must be text, a JSON object or a list of turns")
+    chars = len(state) if isinstance(state, str) else len(json.dumps(state, ensure_ascii=False))
+    if chars > limits["max_state_chars"]:
+        raise RequestRefusal("state_too_large", f"{where} has {chars} characters, the limit is {limits['max_state_chars']}")
+
+
+def check_questions(body: Mapping[str, Any], limits: Mapping[str, int]) -> dict[str, Any]:
+    """The request's questions, or a refusal naming every invalid (or oversized) one."""
+    if "questions" not in body:
+        raise RequestRefusal("malformed_request", "request body must have 'questions'")
+    questions = body["questions"]
+    if not isinstance(questions, Mapping):
+        raise RequestRefusal("malformed_request", "'questions' must be an object of id -> question")
+    if not questions:
+        raise RequestRefusal("malformed_request", "'questions' is empty: ask at least one question")
+    if len(questions) > limits["max_questions"]:
+        raise RequestRefusal("too_many_questions", f"{len(questions)} questions, the limit is {limits['max_questions']}")
+    from .specs import Spec  # lazy: only a target-spec check reads the spec
+
+    spec = Spec.target()
+    invalid: list[dict[str, str]] = []
+    oversized: list[dict[str, str]] = []
+    for qid, definition in questions.items():
+        where = _pointer(qid)
+        found = spec.schema_violations("#/components/schemas/Question", definition, where=where)
+        if found:
+            first = found[0]
+            invalid.append({"question": qid, "pointer": first.where, "detail": f"expected {first.expected}, got {first.actual}"})
+            continue
+        try:
+            asked = normalize_question(qid, definition)
+        except LayaConfigError as exc:
+            invalid.append({"question": qid, "pointer": where, "detail": exc.summary})
+            continue
+        if asked.type == "choice" and len(asked.option_keys) > limits["max_options"]:
+            oversized.append({"question": qid, "pointer": f"{where}/criteria",
+                              "detail": f"{len(asked.option_keys)} options, the limit is {limits['max_options']}"})
+    if oversized:
+        raise RequestRefusal("too_large", "a choice question has more options than allowed", errors=oversized)
+    if invalid:
+        noun = "question is" if len(invalid) == 1 else "questions are"
+        raise RequestRefusal("invalid_question", f"{len(invalid)} {noun} invalid", errors=invalid)
+    return dict(questions)
+
+
+def request_states(body: Mapping[str, Any], limits: Mapping[str, int], *, batch: bool) -> list[Any]:
+    """The states one body asks about: one, or one per state of a batch."""
+    if batch:
+        states = body.get("states")
+        if not isinstance(states, list) or not states:
+            raise RequestRefusal("malformed_request", "a batch needs 'states', a non-empty list")
+        if len(states) > limits["max_batch_states"]:
+            raise RequestRefusal("too_large", f"{len(states)} states, the limit is {limits['max_batch_states']}")
+        for i, state in enumerate(states):
+            check_state(state, limits, f"states[{i}]")
+        return states
+    if "state" not in body:
+        raise RequestRefusal("malformed_request", "request body must have 'state'")
+    check_state(body["state"], limits, "'state'")
+    return [body["state"]]
