@@ -289,6 +289,11 @@ def _summary(body: bytes) -> str:
     return _show(parsed, _SHOW_BODY)
 
 
+def _match_key(request: Any) -> tuple[Any, ...]:
+    """What matching compares (vcrpy's method, path and query matchers, then the canonical body)."""
+    return (request.method, request.path, tuple(request.query), _request_body(request))
+
+
 def _describe(request: Any) -> str:
     split = urlsplit(request.uri)
     return f"{request.method} {split.path or '/'}" + (f"?{split.query}" if split.query else "")
@@ -662,10 +667,7 @@ def _classes() -> tuple[type, type]:
     import vcr
     from vcr import matchers
     from vcr.cassette import Cassette
-    from vcr.errors import UnhandledHTTPRequestError
     from vcr.record_mode import RecordMode
-
-    match_functions = (matchers.method, matchers.path, matchers.query, _laya_body_matcher)
 
     class LayaCassette(Cassette):
         """A vcrpy cassette whose replay raises pytest-laya's misses and echoes X-Request-Id."""
@@ -675,40 +677,73 @@ def _classes() -> tuple[type, type]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._laya_lock = threading.RLock()
+            # Match key -> indices of the interactions with that key, in recorded order; built on
+            # the first lookup, so replay is a dict lookup whatever the cassette's length.
+            self._laya_index: dict[tuple[Any, ...], list[int]] = {}
+            self._laya_indexed = 0
+            # vcrpy asks can_play_response_for and then play_response with the same request
+            # object: scrub (deep copy + filter) it once, not once per call.
+            self._laya_last: tuple[Any, Any] | None = None
 
         @property
         def _laya_path(self) -> Path:
             return Path(getattr(self, "_path", ""))
 
+        def _laya_filtered(self, request: Any) -> Any:
+            last = self._laya_last
+            if last is not None and last[0] is request:
+                return last[1]
+            filtered = self.filter_request(request)
+            self._laya_last = (request, filtered)
+            return filtered
+
         def _laya_matches(self, filtered: Any) -> list[int]:
-            return [i for i, (stored, _) in enumerate(self.data)
-                    if matchers.requests_match(filtered, stored, match_functions)]
+            """Indices of the interactions `filtered` matches: the rules of `_MATCH_ON`, as a lookup."""
+            data = self.data
+            if self._laya_indexed != len(data):
+                if self._laya_indexed > len(data):  # pragma: no cover - vcrpy never shrinks data
+                    self._laya_index, self._laya_indexed = {}, 0
+                for i in range(self._laya_indexed, len(data)):
+                    self._laya_index.setdefault(_match_key(data[i][0]), []).append(i)
+                self._laya_indexed = len(data)
+            return self._laya_index.get(_match_key(filtered), [])
 
         def can_play_response_for(self, request: Any) -> bool:
             if self.record_mode != RecordMode.NONE:
                 return super().can_play_response_for(request)
             with self._laya_lock:
-                filtered = self.filter_request(request)
-                described = _describe(filtered)
+                filtered = self._laya_filtered(request)
                 if not self.rewound:
                     raise CassetteMissing(
                         f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
-                        f"the test asked for {described}", path=self._laya_path)
+                        f"the test asked for {_describe(filtered)}", path=self._laya_path)
                 matches = self._laya_matches(filtered)
                 if not matches:
-                    raise self._laya_miss(filtered, described)
+                    raise self._laya_miss(filtered, _describe(filtered))
                 if all(self.play_counts[i] for i in matches):
-                    raise self._laya_already_played(described, matches)
+                    raise self._laya_already_played(_describe(filtered), matches)
                 return True
 
         def play_response(self, request: Any) -> Any:
+            if self.record_mode != RecordMode.NONE:
+                return super().play_response(request)
             with self._laya_lock:
-                try:
-                    response = super().play_response(request)
-                except UnhandledHTTPRequestError:
+                filtered = self._laya_filtered(request)
+                self._laya_last = None
+                matches = self._laya_matches(filtered)
+                for index in matches:
+                    if not self.play_counts[index]:
+                        break
+                else:
                     # Another thread played the last match between the check and the play.
-                    filtered = self.filter_request(request)
-                    raise self._laya_already_played(_describe(filtered), self._laya_matches(filtered)) from None
+                    if not matches:
+                        raise self._laya_miss(filtered, _describe(filtered))
+                    raise self._laya_already_played(_describe(filtered), matches)
+                stored, response = self.data[index]
+                if index < getattr(self, "_loaded_count", len(self.data)):
+                    # What vcrpy's own play_response keeps for drop_unused_requests.
+                    self._played_interactions.append((stored, response))
+                self.play_counts[index] += 1
             return _echo(response, request)
 
         def append(self, request: Any, response: Any) -> None:

@@ -582,3 +582,37 @@ def _yaml(path: Path):
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
+    """Replay looks interactions up by key; the key must agree with vcrpy's own matchers."""
+    from vcr import matchers
+    from vcr.request import Request
+
+    from pytest_laya.cassettes import _laya_body_matcher, _match_key
+
+    bodies = [b'{"a": 1, "b": [1, 2]}', b'{"b":[1,2],"a":1}', b'{"a": 1.0, "b": [1, 2]}', b'{"a": "\\u00e9"}',
+              '{"a": "é"}'.encode(), b"not json", b"not  json", b"", None]
+    uris = ["http://laya.invalid/v1/systemone", "http://laya.invalid/v1/systemone?b=2&a=1",
+            "http://laya.invalid/v1/systemone?a=1&b=2", "http://laya.invalid/health", "http://laya.invalid/"]
+    requests = [Request(method, uri, body, {}) for method in ("GET", "POST") for uri in uris for body in bodies]
+    functions = (matchers.method, matchers.path, matchers.query, _laya_body_matcher)
+    for one in requests:
+        for other in requests:
+            assert (_match_key(one) == _match_key(other)) == matchers.requests_match(one, other, functions), (one, other)
+
+
+def test_a_long_cassette_replays_every_interaction_in_any_order(tmp_path):
+    path = tmp_path / "long.yaml"
+    questions = [{f"q{i}": {"type": "noul", "instructions": f"question {i}?"}} for i in range(60)]
+    with live() as server:
+        with use_cassette(path, record=True) as cassette, ServedLayaClient(server.url) as client:
+            answered = [client.decide("same state", q).answers for q in questions]
+    assert cassette.outcome == "written"
+    order = list(range(60))[::-1]
+    with use_cassette(path, record=False) as cassette, ServedLayaClient("http://127.0.0.1:1") as client:
+        replayed = {i: client.decide("same state", questions[i]).answers for i in order}
+        assert cassette.played == cassette.interactions and cassette.unplayed() == []
+        with pytest.raises(CassetteAlreadyPlayed):
+            client.decide("same state", questions[7])
+    assert [replayed[i] for i in range(60)] == answered
