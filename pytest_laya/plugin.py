@@ -65,6 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--laya-report", default=None, metavar="PATH", help="write the pytest-laya summary as JSON.")
     group.addoption("--laya-checkpoint", default=None,
                     help="checkpoint for laya_reference_server (default: the embedded tiny checkpoint).")
+    group.addoption("--laya-limit", action="append", default=[], metavar="NAME=N",
+                    help="a request limit of the server under the server contract (pytest_laya.suites.server), "
+                         "e.g. max_questions=32; wins over /health's limits and the spec's defaults. Repeatable.")
     parser.addini("laya_mode", "default for --laya-mode", default="replay")
     parser.addini("laya_url", "default for --laya-url", default="")
     parser.addini("laya_spec", "default for --laya-spec", default="")
@@ -111,6 +114,14 @@ class LayaRun:
     ran: int = 0
     #: Cassettes no test used, relative to the rootdir; None when not computed.
     unused_cassettes: list[str] | None = None
+    #: Extra summary lines by section title (the server contract's target gaps and measurements).
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    def note(self, section: str, line: str) -> None:
+        """Add `line` under `section` in the terminal summary and the JSON report (once: repeats are dropped)."""
+        lines = self.notes.setdefault(section, [])
+        if line not in lines:
+            lines.append(line)
 
 
 def _resolve(config: pytest.Config) -> LayaRun:
@@ -171,6 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run = _resolve(config)
     config.stash[_STATE] = run
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
+    config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
 
 
 def _run(config: pytest.Config) -> LayaRun:
@@ -271,6 +283,17 @@ def _cassette_file(directory: Path, relpath: Path) -> Path:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    # Unplayed interactions fail the test itself (not its teardown): checked as soon as its body
+    # returned cleanly. The cassette's own check at teardown is then skipped (the test failed).
+    result = yield
+    handle = getattr(item, "funcargs", {}).get("laya_cassette")
+    if handle is not None and not handle.record and handle.strict:
+        handle.check_all_played()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
     if report.failed:
@@ -301,6 +324,7 @@ def _export(run: LayaRun) -> dict[str, Any]:
         "skipped_modules": sorted(str(p) for p in run.skipped_modules),
         "partial": list(run.partial),
         "collected": run.collected,
+        "notes": {section: list(lines) for section, lines in run.notes.items()},
     }
 
 
@@ -315,6 +339,9 @@ def _merge(run: LayaRun, data: Mapping[str, Any]) -> None:
     run.skipped_modules.update(Path(p) for p in data.get("skipped_modules", ()))
     run.partial.extend(data.get("partial", ()))
     run.collected = max(run.collected, int(data.get("collected", 0)))
+    for section, lines in data.get("notes", {}).items():
+        for line in lines:
+            run.note(section, line)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -517,14 +544,32 @@ def laya_model(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Itera
     model.close()
 
 
-@pytest.fixture
-async def async_laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any):
-    """The async twin of `laya_client` (needs an async test runner such as pytest-asyncio or anyio)."""
+async def _async_laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any):
+    """The async twin of `laya_client`: an `AsyncServedLayaClient`, every response checked the same way.
+
+    With pytest-asyncio installed this is a pytest-asyncio fixture, so it works in its strict
+    mode as well as in auto mode; without it, a plain async fixture, which anyio's pytest plugin
+    runs for its own tests.
+    """
     from .client import AsyncServedLayaClient
 
     async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model,
                                      on_exchange=_observer(laya_run, laya_server)) as client:
         yield client
+
+
+def _async_fixtures(config: pytest.Config) -> Any:
+    """A plugin holding `async_laya_client`, declared the way the installed async runner reads it."""
+    import types
+
+    holder = types.ModuleType("pytest_laya.plugin.async_fixtures", "pytest-laya's async fixtures")
+    if config.pluginmanager.has_plugin("asyncio"):
+        import pytest_asyncio
+
+        holder.async_laya_client = pytest_asyncio.fixture(_async_laya_client, name="async_laya_client")
+    else:
+        holder.async_laya_client = pytest.fixture(_async_laya_client, name="async_laya_client")
+    return holder
 
 
 # -- summary ------------------------------------------------------------------------------
@@ -536,6 +581,7 @@ def _summary(run: LayaRun) -> dict[str, Any]:
         "cassettes": dict(run.cassettes),
         "conformance": run.conformance.rows() if run.conformance else [],
         "unused_cassettes": run.unused_cassettes,
+        "notes": {section: list(lines) for section, lines in run.notes.items()},
     }
 
 
@@ -578,7 +624,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     summary = _summary(run)
     unused = summary["unused_cassettes"] or []
-    if not summary["servers"] and not any(summary["cassettes"].values()) and not unused:
+    if not summary["servers"] and not any(summary["cassettes"].values()) and not unused and not run.notes:
         return
     tr = terminalreporter
     tr.section("pytest-laya")
@@ -586,6 +632,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
     tr.line(f"cassettes: {c.get('played', 0)} played, {c.get('recorded', 0)} recorded, "
             f"{c.get('unchanged', 0)} re-recorded unchanged, {c.get('discarded', 0)} discarded (test failed)")
+    for section, lines in run.notes.items():  # before the conformance table, which ends the section
+        tr.line(f"{section}:")
+        for line in lines:
+            tr.line(f"  {line}")
     for row in summary["conformance"]:
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
                 f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")
