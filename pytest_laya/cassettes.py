@@ -440,6 +440,49 @@ class _Scrubber:
         return response
 
 
+def _without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
+    """`response` with the ids of this exchange in its body replaced by the stored ones.
+
+    A server may echo a request id and trace id inside the body as well as in the headers (a
+    problem's ``request_id``, an ``instance`` such as ``/requests/<id>``): the client's own
+    (``X-Request-Id``, ``traceparent`` of the request) or one it assigned (the response's). They
+    change on every call, so re-recording an unchanged server would change the file; they are
+    stored as `RECORDED_REQUEST_ID` and the recorded trace id instead. Ids shorter than 8
+    characters are left alone (replacing them would rewrite unrelated text). `response` is not
+    modified: vcrpy still hands it to the caller.
+    """
+    body = response.get("body") if isinstance(response, dict) else None
+    raw = body.get("string") if isinstance(body, dict) else None
+    if raw is None:
+        return response
+    request_headers = getattr(request, "headers", None) or {}  # vcrpy's are case-insensitive
+    response_headers = {str(k).lower(): v for k, v in (response.get("headers") or {}).items()}
+
+    def values(name: str) -> list[str]:
+        found = [request_headers.get(name)] + [response_headers.get(name)]
+        out: list[str] = []
+        for value in found:
+            out.extend(str(v).strip() for v in (value if isinstance(value, (list, tuple)) else [value]) if v)
+        return out
+
+    recorded_trace = RECORDED_TRACEPARENT.split("-")[1]
+    swaps = {rid: RECORDED_REQUEST_ID for rid in values("x-request-id")
+             if len(rid) >= _LEARNED_SECRET_MIN and rid != RECORDED_REQUEST_ID}
+    for value in values("traceparent"):
+        trace = _TRACEPARENT.fullmatch(value)
+        if trace and trace.group(2) != recorded_trace:
+            swaps[trace.group(2)] = recorded_trace
+    if not swaps:
+        return response
+    data = _body_bytes(raw)
+    changed = data
+    for old in sorted(swaps, key=len, reverse=True):
+        changed = changed.replace(old.encode("utf-8"), swaps[old].encode("utf-8"))
+    if changed == data:
+        return response
+    return {**response, "body": {**body, "string": changed}}
+
+
 def _echo(response: dict[str, Any], request: Any) -> dict[str, Any]:
     """The recorded response as this request gets it: its own X-Request-Id and trace id echoed."""
     headers = response.get("headers") or {}
@@ -748,7 +791,7 @@ def _classes() -> tuple[type, type]:
 
         def append(self, request: Any, response: Any) -> None:
             with self._laya_lock:
-                super().append(request, response)
+                super().append(request, _without_request_ids(response, request))
 
         def _laya_already_played(self, described: str, matches: list[int]) -> CassetteAlreadyPlayed:
             which = ", ".join(str(i + 1) for i in matches)
