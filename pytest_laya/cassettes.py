@@ -1025,6 +1025,45 @@ class CassetteHandle:
         return "written"
 
 
+_METADATA_LINE = re.compile(rb"^metadata:", re.MULTILINE)
+
+
+def recorded_provenance(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """A cassette's ``metadata.pytest_laya`` (where it was recorded), or None if it has none.
+
+    Cheap, so it can be asked before the cassette is opened: only the top-level ``metadata``
+    block is parsed (a top-level key starts a line; recorded text never does, YAML indents or
+    quotes it). A missing or unreadable file is None here; opening it reports the problem.
+    """
+    import yaml
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None
+    found = _METADATA_LINE.search(raw)
+    if found is None:
+        return None
+    tail = raw[found.start():]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(tail[:_next_top_level_key(tail)], Loader=loader)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    value = meta.get("pytest_laya") if isinstance(meta, dict) else None
+    return dict(value) if isinstance(value, dict) else None
+
+
+def _next_top_level_key(block: bytes) -> int:
+    """Where the top-level mapping entry that starts `block` ends."""
+    first_line_end = block.find(b"\n")
+    if first_line_end < 0:
+        return len(block)
+    following = re.compile(rb"^[^\s#]", re.MULTILINE).search(block, first_line_end + 1)
+    return len(block) if following is None else following.start()
+
+
 def _recorded_date(path: Path) -> str | None:
     try:
         data = _read_cassette(path)

@@ -429,7 +429,14 @@ def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Any:
         fake = request.getfixturevalue("_laya_session_fake")
         return ServerHandle(url=fake.url, kind="fake", spec="target")
     if laya_run.mode == "replay" and wanted is None:
-        return ServerHandle(url=laya_run.url or REPLAY_URL, kind="replay", spec=laya_run.spec or "current")
+        # Held to the spec its cassette was recorded under, unless --laya-spec says otherwise.
+        from .cassettes import recorded_provenance
+
+        provenance = recorded_provenance(_cassette_file(*_cassette_location(request.node, laya_run))) or {}
+        recorded_spec = provenance.get("spec") if provenance.get("spec") in ("current", "target") else None
+        source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
+        return ServerHandle(url=laya_run.url or REPLAY_URL, kind="replay",
+                            spec=laya_run.spec or recorded_spec or "current", recorded_from=source)
     if not laya_run.url:
         pytest.fail(f"server={wanted or 'live'} needs --laya-url URL")
     return ServerHandle(url=laya_run.url, kind="live", spec=laya_run.spec or "current", api_key=laya_run.api_key)
@@ -515,7 +522,10 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
 def _observer(laya_run: LayaRun, server: Any):
     from .conformance import SpecViolationError
 
-    label = f"{server.kind} {server.url}" if server.kind != "replay" else "replay"
+    if server.kind != "replay":
+        label = f"{server.kind} {server.url}"
+    else:
+        label = f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
 
     def observe(exchange: Any) -> None:
         violations = laya_run.tracker().check(exchange, server=label, claimed=server.spec)

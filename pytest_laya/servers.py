@@ -28,6 +28,8 @@ class ServerHandle:
     spec: str = "current"
     api_key: str | None = field(default=None, repr=False)
     model: str | None = None
+    #: For a replayed server: the kind of server its cassette was recorded from, if it says.
+    recorded_from: str | None = None
 
     def client(self, **kwargs) -> ServedLayaClient:
         return ServedLayaClient(self.url, api_key=self.api_key, model=self.model, **kwargs)

@@ -616,3 +616,16 @@ def test_a_long_cassette_replays_every_interaction_in_any_order(tmp_path):
         with pytest.raises(CassetteAlreadyPlayed):
             client.decide("same state", questions[7])
     assert [replayed[i] for i in range(60)] == answered
+
+
+def test_recorded_provenance_is_read_without_opening_the_cassette(cassette_file, tmp_path):
+    from pytest_laya.cassettes import recorded_provenance
+
+    record(cassette_file, "charged twice", provenance={"server": "laya-serve", "spec": "target"})
+    with use_cassette(cassette_file, record=False, strict=False) as cassette:
+        assert recorded_provenance(cassette_file) == cassette.provenance
+    assert recorded_provenance(cassette_file)["spec"] == "target"
+    assert recorded_provenance(tmp_path / "absent.yaml") is None
+    garbage = tmp_path / "garbage.yaml"
+    garbage.write_text("metadata: [unclosed\n")
+    assert recorded_provenance(garbage) is None

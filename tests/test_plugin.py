@@ -363,6 +363,19 @@ def test_an_unreadable_identity_never_fails_the_test(pytester):
     assert meta["identity"] == {"checkpoint": "fake-laya", "source": "routing"}
 
 
+def test_replay_holds_responses_to_the_spec_their_cassette_was_recorded_under(pytester):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with FakeLayaServer() as target_server:  # speaks the target spec
+        record(pytester, target_server, "--laya-spec=target")
+    replayed = run(pytester)
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of live (target spec)"])
+    # The command line still wins: the fake's Server-Timing breaks the current spec.
+    held_to_current = run(pytester, "--laya-spec=current")
+    held_to_current.assert_outcomes(failed=1)
+    held_to_current.stdout.fnmatch_lines(["*SpecViolationError*current*"])
+
+
 # -- async -------------------------------------------------------------------------------
 
 TEST_ASYNC = """
