@@ -80,6 +80,7 @@ __all__ = [
     "Engine",
     "LayaEngine",
     "ModelIdentity",
+    "local_checkpoint_revision",
     "WARMUP_QUESTIONS",
     "WARMUP_STATE",
 ]
@@ -158,6 +159,16 @@ def _file_sha256(path: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def local_checkpoint_revision(directory: str) -> str:
+    """The revision of a local checkpoint: ``"sha256:"`` + the hex digest of its model.safetensors.
+
+    A local directory has no hub commit, so the weights' own bytes name it. The one definition,
+    shared with in-process models (``pytest_laya.models.LayaModel``), so a decision answered in
+    process and one served here carry the same identity for the same weights.
+    """
+    return "sha256:" + _file_sha256(os.path.join(directory, "model.safetensors"))
 
 
 def _plain_questions(questions: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
@@ -392,7 +403,7 @@ class LayaEngine:
 
     def _identity(self, conf: _Configured, agent: Any) -> ModelIdentity:
         if conf.local_dir is not None:
-            revision = "sha256:" + _file_sha256(os.path.join(conf.local_dir, "model.safetensors"))
+            revision = local_checkpoint_revision(conf.local_dir)
         else:
             revision = getattr(agent, "revision", None) or "unknown"
         try:
