@@ -1,9 +1,10 @@
 """pytest-laya: test kit for served Laya.
 
 Layers, each usable without the ones above it: wire types (`questions`, `decision`, `headers`,
-`problems`, `health`), spec validation (`specs`), the served client (`client`), and the pytest
-plugin (`plugin`). Public names are imported lazily so that `import pytest_laya` (and so pytest
-start-up with the plugin installed) costs next to nothing and never loads torch.
+`problems`, `health`), spec validation (`specs`), the served client (`client`), decision models
+(`models`) and their contract suite (`contract`), and the pytest plugin (`plugin`). Public names
+are imported lazily so that `import pytest_laya` (and so pytest start-up with the plugin
+installed) costs next to nothing and never loads torch.
 """
 
 from __future__ import annotations
@@ -34,15 +35,21 @@ _EXPORTS = {
     "ServedLayaClient": "client",
     "AsyncServedLayaClient": "client",
     "Exchange": "client",
+    "DecisionModel": "models",
+    "ServedLayaModel": "models",
+    "LayaModel": "models",
+    "DecisionModelContract": "contract",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:
     from .client import AsyncServedLayaClient, Exchange, ServedLayaClient
+    from .contract import DecisionModelContract
     from .decision import Choice, Decision, Noul, Provenance, Score, ServedIdentity, Usage
     from .errors import LayaCallError, LayaConfigError, LayaError
     from .health import Health
+    from .models import DecisionModel, LayaModel, ServedLayaModel
     from .questions import ChoiceQuestion, NoulQuestion, ScoreQuestion
     from .specs import Spec, SpecError, Violation
 

@@ -1,0 +1,537 @@
+"""`DecisionModelContract`: the checks every DecisionModel must pass, as a class to subclass.
+
+A downstream project proves that its adapter behaves like Laya by subclassing the contract and
+giving it a `decision_model` fixture::
+
+    from pytest_laya.contract import DecisionModelContract
+
+    class TestMyAdapter(DecisionModelContract):
+        @pytest.fixture
+        def decision_model(self):
+            model = MyAdapter(...)
+            yield model
+            model.close()
+
+Every check is one test method, named for what it checks, so a report reads as a list of
+promises kept or broken. The checks ask only the question types the model declares in
+`question_types`, so a model that answers only choice questions is not failed for score ones.
+
+The answer-validation checks (a malformed answer must raise `LayaCallError`, never become a
+Decision) need a model whose raw answers the suite can script: give the class a
+`scripted_decision_model` fixture that returns a factory ``answers -> model`` (see
+`scripted_served_model` and `scripted_laya_model` for the kit's own). Without one, those checks
+are skipped with a reason that says so.
+
+Everything here is synchronous test code: the async path runs under `asyncio.run` on a thread
+of its own when needed, so the contract works with pytest-asyncio in strict or auto mode, or
+without it. `decision_problems` is the per-decision check the test methods share; use it on any
+decision, e.g. ones replayed from cassettes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from .decision import SUM_TOLERANCE, Decision
+from .errors import LayaCallError, LayaConfigError, LayaError
+from .questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
+from .sample_requests import SampleRequest, sample_request
+
+__all__ = [
+    "CHECKS",
+    "CONTRACT_REQUESTS",
+    "ORDER_QUESTIONS",
+    "DecisionModelContract",
+    "decision_problems",
+    "run_coroutine",
+    "scripted_laya_model",
+    "scripted_served_model",
+]
+
+#: What `decision_problems` can check, by name.
+CHECKS: tuple[str, ...] = ("answers", "choice_coverage", "choice_distribution", "chosen", "score", "noul", "confidence")
+
+#: The requests the checks send: English and non-English, text, JSON and conversation states,
+#: 2 to 12 options, every question type (a subset of `pytest_laya.sample_requests`).
+#: Six, so that the whole contract costs a few dozen decisions per model.
+CONTRACT_REQUESTS: tuple[SampleRequest, ...] = tuple(sample_request(name) for name in (
+    "en-choice-2", "de-choice-3", "fr-score-3-noul", "en-conversation-choice-12", "en-score-5", "en-json-state-mixed",
+))
+
+#: Two questions of each type, interleaved, with ids in no sorted order: answers must come back
+#: one per question, in exactly this order.
+ORDER_STATE = "My package is late, the tracking link is broken, and it is a birthday present."
+ORDER_QUESTIONS: Mapping[str, Mapping[str, Any]] = {
+    "zeta": {"type": "noul", "instructions": "Is the customer in a hurry?"},
+    "alpha": {"type": "choice", "instructions": "Main topic?", "criteria": ["delivery", "website", "billing"]},
+    "mid": {"type": "score", "instructions": "Urgency?", "criteria": ["low", "medium", "high", "critical"]},
+    "beta": {"type": "choice", "instructions": "Channel?", "criteria": {"email": "Email", "chat": "Chat", "phone": "Phone"}},
+    "omega": {"type": "noul", "instructions": "Should an agent call back?"},
+    "kappa": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "furious"]},
+}
+
+#: One valid question of each type, for the config-error and answer-validation checks.
+_EXAMPLE_QUESTIONS: Mapping[str, Mapping[str, Any]] = {
+    "choice": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Charges", "technical": "Software"}},
+    "score": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
+    "noul": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+}
+_SCRIPT_STATE = "I was charged twice for my order."
+#: A raw answer of each type that a real Laya could give to `_EXAMPLE_QUESTIONS`.
+_WELL_FORMED: Mapping[str, Mapping[str, Any]] = {
+    "choice": {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.7, "technical": 0.3}, "confidence": 0.4},
+    "score": {"type": "score", "score": 1.1, "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3}, "confidence": 0.3},
+    "noul": {"type": "noul", "noul": 0.8, "confidence": 0.8},
+}
+#: Raw answers no real Laya gives, by what is wrong with them: (question type, raw answer).
+_MALFORMED: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]] = {
+    "foreign_key": (
+        ("choice", {"type": "choice", "choice": "sales", "probabilities": {"billing": 0.6, "technical": 0.4}, "confidence": 0.4}),
+        ("choice", {"type": "choice", "choice": "billing",
+                    "probabilities": {"billing": 0.5, "technical": 0.3, "sales": 0.2}, "confidence": 0.4}),
+        ("score", {"type": "score", "score": 1.1, "probabilities": {"0": 0.2, "1": 0.5, "7": 0.3}, "confidence": 0.3}),
+    ),
+    "short_distribution": (
+        ("choice", {"type": "choice", "choice": "billing", "probabilities": {"billing": 1.0}, "confidence": 0.4}),
+        ("score", {"type": "score", "score": 0.6, "probabilities": {"0": 0.4, "1": 0.6}, "confidence": 0.3}),
+    ),
+    "out_of_range": (
+        ("noul", {"type": "noul", "noul": 1.5, "confidence": 0.8}),
+        ("noul", {"type": "noul", "noul": 0.8, "confidence": -0.2}),
+        ("choice", {"type": "choice", "choice": "billing", "probabilities": {"billing": 1.3, "technical": -0.3},
+                    "confidence": 0.4}),
+    ),
+    "not_summing_to_one": (
+        ("choice", {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.5, "technical": 0.3}, "confidence": 0.4}),
+        ("score", {"type": "score", "score": 1.0, "probabilities": {"0": 0.5, "1": 0.5, "2": 0.5}, "confidence": 0.3}),
+    ),
+}
+
+#: A scripted model factory: raw answers (question id -> answer, Laya's wire form) -> a model
+#: that answers every request with exactly them.
+ScriptedModelFactory = Callable[[Mapping[str, Any]], Any]
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def _unit(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and 0.0 <= value <= 1.0)
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _distribution_problems(where: str, probs: Mapping[Any, Any]) -> list[str]:
+    problems = [f"{where}: probability of {k!r} is {p!r}, outside [0, 1]" for k, p in probs.items() if not _unit(p)]
+    if not problems:
+        total = math.fsum(probs.values())
+        if abs(total - 1.0) > SUM_TOLERANCE:
+            problems.append(f"{where}: probabilities sum to {total:.4f}, not 1 within {SUM_TOLERANCE}")
+    return problems
+
+
+def _most_probable(probs: Mapping[Any, float]) -> float:
+    return max(probs.values()) if probs and all(_number(p) for p in probs.values()) else math.nan
+
+
+def _choice_problems(q: AskedQuestion, a: Any, checks: Iterable[str]) -> list[str]:
+    where = f"answer {q.id!r}"
+    probs = getattr(a, "probabilities", None)
+    if not isinstance(probs, Mapping):
+        return [f"{where}: probabilities must be a mapping, got {type(probs).__name__}"]
+    problems: list[str] = []
+    if "choice_coverage" in checks and set(probs) != set(q.option_keys):
+        missing = [k for k in q.option_keys if k not in probs]
+        foreign = sorted(map(str, set(probs) - set(q.option_keys)))
+        problems.append(f"{where}: probabilities must cover exactly the offered options {list(q.option_keys)}"
+                        f" (missing {missing}, not offered {foreign})")
+    if "choice_distribution" in checks:
+        problems += _distribution_problems(where, probs)
+    if "chosen" in checks:
+        key = getattr(a, "key", None)
+        if key not in q.option_keys:
+            problems.append(f"{where}: chose {key!r}, which the question never offered ({list(q.option_keys)})")
+        elif key not in probs or not _number(probs[key]):
+            problems.append(f"{where}: chose {key!r} but gave it no probability")
+        elif probs[key] < _most_probable(probs) - 1e-9:
+            top = max(probs, key=lambda k: probs[k])
+            problems.append(f"{where}: chose {key!r} (p={probs[key]}) but {top!r} is more probable (p={probs[top]})")
+    return problems
+
+
+def _score_problems(q: AskedQuestion, a: Any) -> list[str]:
+    where = f"answer {q.id!r}"
+    probs = getattr(a, "probabilities", None)
+    if not isinstance(probs, Mapping):
+        return [f"{where}: probabilities must be a mapping, got {type(probs).__name__}"]
+    levels = list(range(len(q.option_keys)))
+    if set(probs) != set(levels):
+        return [f"{where}: probabilities must cover exactly the levels {levels}, got {sorted(probs, key=str)}"]
+    problems = _distribution_problems(where, probs)
+    if problems:
+        return problems
+    level, expected = getattr(a, "level", None), getattr(a, "expected", None)
+    if level not in probs:
+        problems.append(f"{where}: level {level!r} is not one of the levels {levels}")
+    elif probs[level] < _most_probable(probs) - 1e-9:
+        top = max(probs, key=lambda k: probs[k])
+        problems.append(f"{where}: level {level} (p={probs[level]}) is not the most probable; level {top} is (p={probs[top]})")
+    mean = math.fsum(i * p for i, p in probs.items())
+    bound = SUM_TOLERANCE * max(1, len(levels) - 1) + 1e-3
+    if not _number(expected):
+        problems.append(f"{where}: expected level must be a number, got {expected!r}")
+    elif not -1e-9 <= expected <= levels[-1] + 1e-9 or abs(expected - mean) > bound:
+        problems.append(f"{where}: expected level {expected} disagrees with its probabilities (their mean is {mean:.4f})")
+    legend = getattr(a, "legend", None)
+    if isinstance(legend, Mapping) and not set(legend) <= set(levels):
+        problems.append(f"{where}: legend names levels {sorted(set(legend) - set(levels), key=str)} the question does not have")
+    return problems
+
+
+def decision_problems(questions: Questions, decision: Any, *, checks: Iterable[str] = CHECKS) -> list[str]:
+    """Every way `decision` breaks the contract for `questions` (empty: it keeps it).
+
+    `checks` picks among `CHECKS`: ``answers`` (one answer per question, in the order asked, each
+    of the type asked), ``choice_coverage`` (probabilities cover exactly the offered options),
+    ``choice_distribution`` (each in [0, 1], summing to 1 within `SUM_TOLERANCE`), ``chosen``
+    (the chosen option is offered and most probable), ``score`` (levels cover the criteria, the
+    level is most probable, the expected level matches the probabilities), ``noul`` (P(true) in
+    [0, 1]) and ``confidence`` (every confidence in [0, 1]).
+    """
+    checks = frozenset(checks)
+    unknown = checks - set(CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks {sorted(unknown)}; use some of {list(CHECKS)}")
+    asked = normalize_questions(questions)
+    answers = getattr(decision, "answers", None)
+    if not isinstance(answers, Mapping):
+        return [f"the decision has no answers mapping (got {type(decision).__name__})"]
+    problems: list[str] = []
+    if "answers" in checks and list(answers) != list(asked):
+        problems.append(f"answers {list(answers)} are not one per question in the order asked {list(asked)}")
+    for qid, q in asked.items():
+        if qid not in answers:
+            continue
+        a = answers[qid]
+        if getattr(a, "type", None) != q.type:
+            if "answers" in checks:
+                problems.append(f"answer {qid!r} is a {getattr(a, 'type', type(a).__name__)}, but a {q.type} question was asked")
+            continue
+        if "confidence" in checks and not _unit(getattr(a, "confidence", None)):
+            problems.append(f"answer {qid!r}: confidence {getattr(a, 'confidence', None)!r} is outside [0, 1]")
+        if q.type == "choice":
+            problems += _choice_problems(q, a, checks)
+        elif q.type == "score" and "score" in checks:
+            problems += _score_problems(q, a)
+        elif q.type == "noul" and "noul" in checks and not _unit(getattr(a, "p", None)):
+            problems.append(f"answer {qid!r}: P(true) {getattr(a, 'p', None)!r} is outside [0, 1]")
+    return problems
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run_coroutine(make: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``make()`` to completion from synchronous code, whatever loop the caller is in.
+
+    No running loop here (a plain sync test, pytest-asyncio in strict or auto mode, or no
+    pytest-asyncio at all): `asyncio.run`. A loop already running in this thread: a fresh loop on
+    a worker thread, because `asyncio.run` cannot nest.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(make))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="laya-contract") as pool:
+        return pool.submit(lambda: asyncio.run(_awaited(make))).result()
+
+
+async def _awaited(make: Callable[[], Awaitable[Any]]) -> Any:
+    return await make()
+
+
+def _only(questions: Mapping[str, Mapping[str, Any]], types: Iterable[str]) -> dict[str, Any]:
+    allowed = set(types)
+    return {qid: copy.deepcopy(dict(q)) for qid, q in questions.items() if q.get("type") in allowed}
+
+
+def _usable(requests: Sequence[SampleRequest], types: Iterable[str], wanted: str | None = None) -> list[tuple[str, Any, dict]]:
+    """(id, state, questions) of each request, cut to the types the model answers."""
+    out = []
+    for request in requests:
+        questions = _only(request.questions, types)
+        if questions and (wanted is None or any(q["type"] == wanted for q in questions.values())):
+            out.append((request.id, copy.deepcopy(request.state), questions))
+    return out
+
+
+def _comparable(decision: Decision) -> tuple[Any, Any]:
+    return dict(decision.answers), getattr(decision.usage, "input_tokens", None)
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+class DecisionModelContract:
+    """The DecisionModel contract; subclass it (as ``Test...``) and give it a `decision_model` fixture.
+
+    `decision_model` must be function-scoped (the close check closes it): build anything
+    expensive (a loaded checkpoint, a server) in a wider fixture and wrap it per test. Optional:
+    `scripted_decision_model`, a factory ``answers -> model`` for the answer-validation checks,
+    and `contract_requests`, the requests the checks send (default `CONTRACT_REQUESTS`).
+    """
+
+    contract_requests: ClassVar[Sequence[SampleRequest]] = CONTRACT_REQUESTS
+
+    @pytest.fixture
+    def decision_model(self) -> Any:
+        pytest.fail(f"{type(self).__name__} subclasses DecisionModelContract but has no decision_model fixture: "
+                    "add one that yields the model to check (and closes it)", pytrace=False)
+
+    @pytest.fixture
+    def scripted_decision_model(self) -> ScriptedModelFactory | None:
+        """None: this model's raw answers cannot be scripted, and the answer-validation checks skip."""
+        return None
+
+    # -- helpers (not tests) ----------------------------------------------------------------
+
+    def _types(self, model: Any) -> tuple[str, ...]:
+        return tuple(t for t in QUESTION_TYPES if t in tuple(getattr(model, "question_types", ()) or ()))
+
+    def _requests(self, model: Any, wanted: str | None = None) -> list[tuple[str, Any, dict]]:
+        usable = _usable(self.contract_requests, self._types(model), wanted)
+        if not usable:
+            what = f"{wanted} questions" if wanted else "any of the contract's questions"
+            pytest.skip(f"{getattr(model, 'name', model)!s} declares question_types {self._types(model)}: "
+                        f"it answers no {what}")
+        return usable
+
+    def _check(self, model: Any, checks: Iterable[str], wanted: str | None = None) -> None:
+        checks = tuple(checks)
+        broken: list[str] = []
+        for rid, state, questions in self._requests(model, wanted):
+            try:
+                decision = model.decide(state, questions)
+            except LayaError as exc:
+                broken.append(f"{rid}: decide raised {type(exc).__name__}: {exc}")
+                continue
+            broken += [f"{rid}: {p}" for p in decision_problems(questions, decision, checks=checks)]
+        if broken:
+            pytest.fail(f"{getattr(model, 'name', model)!s} broke the contract ({', '.join(checks)}):\n  "
+                        + "\n  ".join(broken), pytrace=False)
+
+    def _scripted(self, factory: ScriptedModelFactory | None) -> ScriptedModelFactory:
+        if factory is None:
+            pytest.skip("no scripted_decision_model fixture: give the class one (a factory answers -> model) "
+                        "so the answer-validation checks can run")
+        return factory
+
+    def _expect_call_errors(self, factory: ScriptedModelFactory | None, what: str) -> None:
+        make = self._scripted(factory)
+        failures: list[str] = []
+        ran = 0
+        for qtype, raw in _MALFORMED[what]:
+            questions = {"q": dict(_EXAMPLE_QUESTIONS[qtype])}
+            well_formed = make({"q": copy.deepcopy(dict(_WELL_FORMED[qtype]))})
+            try:
+                if qtype not in self._types(well_formed):
+                    continue
+                ran += 1
+                try:
+                    baseline = well_formed.decide(_SCRIPT_STATE, questions)
+                except LayaError as exc:
+                    failures.append(f"a well-formed scripted {qtype} answer was refused ({exc}): "
+                                    "the scripted model does not answer what it is given")
+                    continue
+                problems = decision_problems(questions, baseline)
+                if problems:
+                    failures.append(f"a well-formed scripted {qtype} answer came back broken: {problems}")
+            finally:
+                well_formed.close()
+            model = make({"q": copy.deepcopy(dict(raw))})
+            try:
+                decision = model.decide(_SCRIPT_STATE, questions)
+            except LayaCallError:
+                continue
+            except LayaError as exc:
+                failures.append(f"{raw} raised {type(exc).__name__} ({exc}), not LayaCallError: "
+                                "a bad answer is the call failing, not the caller's setup")
+            except Exception as exc:  # noqa: BLE001 - the contract reports, it does not crash
+                failures.append(f"{raw} raised {type(exc).__name__} ({exc}), not LayaCallError")
+            else:
+                failures.append(f"{raw} became a Decision ({dict(decision.answers)}) instead of raising LayaCallError")
+            finally:
+                model.close()
+        if not ran:
+            pytest.skip(f"the scripted model answers none of the question types this check scripts ({what})")
+        if failures:
+            pytest.fail(f"malformed answers ({what.replace('_', ' ')}) must raise LayaCallError:\n  "
+                        + "\n  ".join(failures), pytrace=False)
+
+    # -- declarations and identity ----------------------------------------------------------
+
+    def test_it_declares_a_name_question_types_and_determinism(self, decision_model: Any) -> None:
+        name = getattr(decision_model, "name", None)
+        assert isinstance(name, str) and name.strip(), f"name must be a non-empty string, got {name!r}"
+        types = tuple(getattr(decision_model, "question_types", ()) or ())
+        assert types and set(types) <= set(QUESTION_TYPES) and len(set(types)) == len(types), (
+            f"question_types must name some of {list(QUESTION_TYPES)}, each once; got {types!r}")
+        deterministic = getattr(decision_model, "deterministic", None)
+        assert isinstance(deterministic, bool), f"deterministic must be True or False, got {deterministic!r}"
+
+    def test_identity_is_set(self, decision_model: Any) -> None:
+        rid, state, questions = self._requests(decision_model)[0]
+        decision = decision_model.decide(state, questions)
+        identity = decision_model.model
+        assert isinstance(identity, str) and identity.strip() and "@" in identity, (
+            f"model must name the weights as checkpoint@revision once a decision was made; got {identity!r}")
+        assert decision.model == identity, (
+            f"the decision names the weights {decision.model!r}, the model says {identity!r}")
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def test_choice_probabilities_cover_exactly_the_offered_options(self, decision_model: Any) -> None:
+        self._check(decision_model, ("choice_coverage",), "choice")
+
+    def test_choice_probabilities_are_in_unit_range_and_sum_to_one(self, decision_model: Any) -> None:
+        self._check(decision_model, ("choice_distribution",), "choice")
+
+    def test_the_chosen_option_is_offered_and_most_probable(self, decision_model: Any) -> None:
+        self._check(decision_model, ("chosen",), "choice")
+
+    def test_score_level_and_expected_value_match_the_probabilities(self, decision_model: Any) -> None:
+        self._check(decision_model, ("score",), "score")
+
+    def test_noul_p_and_confidence_are_in_unit_range(self, decision_model: Any) -> None:
+        self._check(decision_model, ("noul", "confidence"), "noul")
+
+    def test_every_confidence_is_in_unit_range(self, decision_model: Any) -> None:
+        self._check(decision_model, ("confidence",))
+
+    def test_one_answer_per_question_in_the_order_asked(self, decision_model: Any) -> None:
+        questions = _only(ORDER_QUESTIONS, self._types(decision_model))
+        decision = decision_model.decide(ORDER_STATE, questions)
+        problems = decision_problems(questions, decision, checks=("answers",))
+        assert not problems, f"{decision_model.name} answered {list(decision.answers)} to {list(questions)}: {problems}"
+
+    # -- refusals ---------------------------------------------------------------------------
+
+    def test_empty_questions_are_a_config_error(self, decision_model: Any) -> None:
+        with pytest.raises(LayaConfigError):
+            decision_model.decide("Any state.", {})
+
+    def test_unsupported_question_types_are_a_config_error(self, decision_model: Any) -> None:
+        cases: dict[str, Any] = {"an unknown type": {"type": "essay", "instructions": "Write an essay."}}
+        for qtype in QUESTION_TYPES:
+            if qtype not in self._types(decision_model):
+                cases[f"a {qtype} question (not in question_types)"] = dict(_EXAMPLE_QUESTIONS[qtype])
+        wrong: list[str] = []
+        for what, question in cases.items():
+            try:
+                decision_model.decide("Any state.", {"q": question})
+            except LayaConfigError:
+                continue
+            except Exception as exc:  # noqa: BLE001
+                wrong.append(f"{what} raised {type(exc).__name__} ({exc}), not LayaConfigError")
+            else:
+                wrong.append(f"{what} was answered instead of raising LayaConfigError")
+        assert not wrong, "\n".join(wrong)
+
+    def test_an_answer_with_an_option_never_offered_is_a_call_error(self, scripted_decision_model: Any) -> None:
+        self._expect_call_errors(scripted_decision_model, "foreign_key")
+
+    def test_an_answer_missing_an_option_is_a_call_error(self, scripted_decision_model: Any) -> None:
+        self._expect_call_errors(scripted_decision_model, "short_distribution")
+
+    def test_an_answer_with_a_probability_outside_unit_range_is_a_call_error(self, scripted_decision_model: Any) -> None:
+        self._expect_call_errors(scripted_decision_model, "out_of_range")
+
+    def test_an_answer_whose_probabilities_do_not_sum_to_one_is_a_call_error(self, scripted_decision_model: Any) -> None:
+        self._expect_call_errors(scripted_decision_model, "not_summing_to_one")
+
+    # -- behaviour --------------------------------------------------------------------------
+
+    def test_a_deterministic_model_answers_the_same_request_identically(self, decision_model: Any) -> None:
+        if not decision_model.deterministic:
+            pytest.skip(f"{decision_model.name} declares deterministic = False")
+        for rid, state, questions in self._requests(decision_model)[:3]:
+            first = _comparable(decision_model.decide(state, questions))
+            second = _comparable(decision_model.decide(copy.deepcopy(state), copy.deepcopy(questions)))
+            assert first == second, f"{rid}: the same request was answered differently:\n{first}\n{second}"
+
+    def test_sync_and_async_paths_agree(self, decision_model: Any) -> None:
+        for rid, state, questions in self._requests(decision_model)[:3]:
+            sync = decision_model.decide(state, questions)
+            async_ = run_coroutine(lambda: decision_model.adecide(state, questions))
+            assert isinstance(async_, Decision), f"{rid}: adecide returned {type(async_).__name__}, not a Decision"
+            assert not decision_problems(questions, async_), decision_problems(questions, async_)
+            if decision_model.deterministic:
+                assert _comparable(async_) == _comparable(sync), (
+                    f"{rid}: adecide answered {dict(async_.answers)}, decide {dict(sync.answers)}")
+            else:
+                assert list(async_.answers) == list(sync.answers)
+        with pytest.raises(LayaConfigError):
+            run_coroutine(lambda: decision_model.adecide("Any state.", {}))
+
+    def test_close_twice_is_safe(self, decision_model: Any) -> None:
+        rid, state, questions = self._requests(decision_model)[0]
+        decision_model.decide(state, questions)
+        decision_model.close()
+        decision_model.close()
+
+
+# --------------------------------------------------------------------------- scripted models
+
+
+def _scripted_body(answers: Mapping[str, Any]) -> dict[str, Any]:
+    return {"answers": copy.deepcopy(dict(answers)), "usage": {"input_tokens": 1, "output_tokens": 0}}
+
+
+def scripted_served_model(answers: Mapping[str, Any], *, name: str = "served-laya (scripted)") -> Any:
+    """A `ServedLayaModel` whose server answers every decision with exactly `answers`.
+
+    The "server" is an `httpx.MockTransport`, so the bytes go through the served client's whole
+    reading path (media type, JSON, the answer rules) with no socket. Give it to
+    `DecisionModelContract` as ``scripted_decision_model = lambda self: scripted_served_model``
+    inside a fixture.
+    """
+    import httpx
+
+    from .models import ServedLayaModel
+
+    body = {**_scripted_body(answers), "served_by": {"checkpoint": "scripted", "revision": "scripted"}}
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body)
+
+    return ServedLayaModel("http://scripted.invalid", name=name, transport=httpx.MockTransport(respond))
+
+
+class _ScriptedLayaAgent:
+    """Stands in for a laya Agent: ``predict`` returns the scripted answers, whatever was asked."""
+
+    revision = "scripted"
+    device = "cpu"
+
+    def __init__(self, answers: Mapping[str, Any]) -> None:
+        self._answers = copy.deepcopy(dict(answers))
+
+    def predict(self, state: Any, questions: Mapping[str, Any]) -> dict[str, Any]:
+        return {"model": "laya-rl-agent", **_scripted_body(self._answers)}
+
+
+def scripted_laya_model(answers: Mapping[str, Any], *, name: str = "laya-in-process (scripted)") -> Any:
+    """A `LayaModel` whose agent answers every decision with exactly `answers` (no laya, no torch)."""
+    from .models import LayaModel
+
+    return LayaModel("scripted", agent=_ScriptedLayaAgent(answers), name=name)
