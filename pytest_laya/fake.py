@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .problems import PROBLEM_STATUS, PROBLEM_TITLES
-from .target_requests import RequestRefusal, check_questions, request_states
+from .target_requests import RequestRefusal, check_nesting, check_questions, request_states
 from .faults import (
     DEFAULT_GARBAGE,
     Action,
@@ -513,6 +513,10 @@ class FakeLaya:
     def _target_request(self, body: Any, *, batch: bool) -> tuple[list[Any], dict[str, Any], bool]:
         if not isinstance(body, Mapping):
             raise _Refusal("malformed_request", "request body must be a JSON object")
+        try:
+            check_nesting(body)
+        except RequestRefusal as refusal:
+            raise _Refusal(refusal.code, refusal.detail) from None
         if _has_lone_surrogate(body):
             raise _Refusal("malformed_request", "request body contains a lone surrogate or invalid UTF-8")
         model = body.get("model")

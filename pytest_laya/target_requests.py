@@ -15,7 +15,13 @@ from typing import Any
 from .errors import LayaConfigError
 from .questions import normalize_question
 
-__all__ = ["RequestRefusal", "check_state", "check_questions", "request_states"]
+__all__ = ["MAX_NESTING", "RequestRefusal", "check_nesting", "check_state", "check_questions", "request_states"]
+
+#: Arrays and objects nested deeper than this are refused (400 malformed_request) before anything
+#: walks the body. A decision needs a few levels; jsonschema (building its error text), json.dumps
+#: and the servers' own checks recurse, and a body just under the interpreter's recursion limit
+#: made them fail with a 500. A fixed bound also makes the refusal independent of stack depth.
+MAX_NESTING = 128
 
 
 class RequestRefusal(Exception):
@@ -26,6 +32,22 @@ class RequestRefusal(Exception):
         self.code = code
         self.detail = detail
         self.errors = errors or []
+
+
+def check_nesting(body: Any, limit: int = MAX_NESTING) -> None:
+    """Refuse a parsed body nested more than `limit` arrays/objects deep (the body is level 1).
+
+    Iterative, so it works on any body the JSON parser accepted.
+    """
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, level = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if level > limit:
+            raise RequestRefusal("malformed_request", f"request body is nested more than {limit} levels deep")
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
 
 
 def _pointer(qid: str) -> str:

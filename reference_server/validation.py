@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_laya.target_requests import RequestRefusal, check_questions, request_states
+from pytest_laya.target_requests import RequestRefusal, check_nesting, check_questions, request_states
 
 from .engine import DecisionRequest
 from .problems import Problem
@@ -40,7 +40,10 @@ def _check_text(value: Any, depth: int = 0) -> None:
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw, parse_constant=_no_constants)
+        check_nesting(body)
         _check_text(body)
+    except RequestRefusal as refusal:
+        raise Problem(refusal.code, refusal.detail) from None
     except RecursionError:
         raise Problem("malformed_request", "request body is nested too deeply") from None
     except UnicodeError:
