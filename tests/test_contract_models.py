@@ -154,6 +154,7 @@ def test_the_contract_holds_over_cassettes_recorded_from_the_reference_server(py
                                                                                laya_reference_server):
     cassettes = tmp_path / "cassettes"
     pytester.makeconftest(CASSETTE_CONFTEST)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_replayed_contract=CASSETTE_SUITE)
     monkeypatch.setenv("CONTRACT_CASSETTE_DIR", str(cassettes))
     monkeypatch.setenv("CONTRACT_SERVER_URL", laya_reference_server.url)
