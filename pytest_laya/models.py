@@ -94,6 +94,12 @@ class ServedLayaModel:
         self._closed = True
         self._client.close()
 
+    def __enter__(self) -> "ServedLayaModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"ServedLayaModel({self.name!r}, {self._client!r})"
 

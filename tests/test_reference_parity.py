@@ -16,6 +16,7 @@ import pytest
 
 from pytest_laya import ServedLayaClient, Spec
 from pytest_laya.laya_serve import LayaServeProcess
+from pytest_laya.sample_requests import VARIED_REQUESTS
 from recorded import LAYA_SERVE, recordings
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
@@ -28,18 +29,8 @@ from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E4
 TOLERANCE = 1e-4
 RECORDED = [r for r in recordings(LAYA_SERVE) if r.status == 200 and r.path == "/v1/systemone" and r.request
             and r.request.get("model") == "tiny"]
-REQUESTS = [
-    {"state": "I was charged twice for my order. Please refund the duplicate today.",
-     "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}},
-    {"state": "Die App stürzt ab, sobald ich die Rechnung öffne.",
-     "questions": {"team": {"type": "choice", "instructions": "Welches Team?",
-                            "criteria": {"billing": "Abrechnung", "technical": "Technik", "sales": "Vertrieb"}}}},
-    {"state": "Mon colis n'est jamais arrivé.",
-     "questions": {"urgency": {"type": "score", "instructions": "Urgence ?", "criteria": ["faible", "moyenne", "haute"]},
-                   "refund": {"type": "noul", "instructions": "Remboursement ?"}}},
-    {"state": [{"role": "user", "content": "Where is my parcel?"}, {"role": "agent", "content": "Checking."}],
-     "questions": {"topic": {"type": "choice", "instructions": "Topic?", "criteria": [f"topic {i}" for i in range(12)]}}},
-]
+# The shared varied set's first four (tests/test_parity_requests.py runs all of it, three ways).
+REQUESTS = [sample.body() for sample in VARIED_REQUESTS[:4]]
 
 
 def conforming(response: httpx.Response, path: str) -> dict:
