@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -168,16 +168,25 @@ class _Server:
                     chunks.append(chunk)
         except TimeoutError:
             raise Problem("body_timeout", f"the body did not arrive within {self.settings.body_timeout_s:g} s") from None
+        except ClientDisconnect:
+            # The client went away mid-body (or uvicorn dropped a malformed chunked body): its
+            # mistake, not a server failure, so no 500 and no traceback in the log.
+            raise Problem("malformed_request", "the connection closed before the whole body arrived") from None
         return b"".join(chunks)
 
     # -- documents ----------------------------------------------------------------------
 
     def health_document(self) -> dict[str, Any]:
+        models = dict(self.engine.models) if self.engine.ready else {}
         return {
             "status": "ok",
             "ready": bool(self.engine.ready),
-            "models": {name: identity.to_json() for name, identity in self.engine.models.items()} if self.engine.ready else {},
+            "models": {name: identity.to_json() for name, identity in models.items()},
             "limits": self.settings.limits.to_json(),
+            # laya-serve's own fields, which laya's clients read (RemoteRouter.loaded and
+            # .loaded_revisions): without them a laya client sees nothing loaded here.
+            "loaded": list(models),
+            "revisions": {name: identity.revision for name, identity in models.items()},
         }
 
     def identity(self, model: str) -> ModelIdentity:
