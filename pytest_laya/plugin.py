@@ -33,7 +33,7 @@ import pytest
 from .provenance import laya_version, read_health, recorded_identity
 from .unused_cassettes import CASSETTE_SUFFIX, find_unused, selection_problems
 
-MODES = ("replay", "record", "live", "fake")
+MODES = ("replay", "record", "live", "fake", "verify")
 SERVERS = ("fake", "reference", "live")
 MARKER_OPTIONS = ("cassette", "server", "strict")
 _FAILED = pytest.StashKey[bool]()
@@ -48,7 +48,8 @@ WORKEROUTPUT_KEY = "pytest_laya"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("laya", "Laya decision servers (pytest-laya)")
     group.addoption("--laya-mode", choices=MODES, default=None,
-                    help="how tests reach Laya: replay cassettes (default), record them, a live server, or the fake.")
+                    help="how tests reach Laya: replay cassettes (default), record them, a live server, the fake, "
+                         "or verify (run live and compare every answer with the test's cassette).")
     group.addoption("--laya-record", action="store_true", default=False,
                     help="short for --laya-mode=record: refresh the cassettes of the tests that run.")
     group.addoption("--laya-url", default=None, help="URL of a live served Laya, e.g. http://127.0.0.1:8000.")
@@ -74,6 +75,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("laya_cassette_dir", "default for --laya-cassette-dir (relative to the ini file)", default="")
     parser.addini("laya_strict", "default for --laya-strict", type="bool", default=True)
     parser.addini("laya_report", "default for --laya-report", default="")
+    # -- verify mode
+    group.addoption("--laya-verify-tolerance", type=float, default=None, metavar="X",
+                    help="verify mode: how far a number (a probability) may move from its recording (default 1e-4).")
+    parser.addini("laya_verify_tolerance", "default for --laya-verify-tolerance", default="")
 
 
 @dataclass
@@ -114,6 +119,17 @@ class LayaRun:
     ran: int = 0
     #: Cassettes no test used, relative to the rootdir; None when not computed.
     unused_cassettes: list[str] | None = None
+    #: verify mode: how far a number may move from its recording, and what was compared
+    #: (a `pytest_laya.verify.VerifyTotals`, made by `verifications()`).
+    verify_tolerance: float = 1e-4
+    verify: Any = None
+
+    def verifications(self) -> Any:
+        if self.verify is None:
+            from .verify import VerifyTotals
+
+            self.verify = VerifyTotals()
+        return self.verify
     #: Extra summary lines by section title (the server contract's target gaps and measurements).
     notes: dict[str, list[str]] = field(default_factory=dict)
 
@@ -146,9 +162,32 @@ def _resolve(config: pytest.Config) -> LayaRun:
     run = LayaRun(mode=mode, url=url.rstrip("/") if url else None, api_key=api_key, spec=spec,
                   cassette_dir=(base / cassette_dir) if cassette_dir else None, strict=bool(strict),
                   report=Path(report) if report else None, checkpoint=opt.laya_checkpoint)
+    run.verify_tolerance = _verify_tolerance(config)
     if run.url:
         _check_url(run)
     return run
+
+
+def _verify_tolerance(config: pytest.Config) -> float:
+    """--laya-verify-tolerance, else the ini key, else the default; a bad value is a usage error."""
+    import math
+
+    from .verify import DEFAULT_TOLERANCE
+
+    value = config.option.laya_verify_tolerance
+    where = "--laya-verify-tolerance"
+    if value is None:
+        text = str(config.getini("laya_verify_tolerance") or "").strip()
+        if not text:
+            return DEFAULT_TOLERANCE
+        where = f"laya_verify_tolerance = {text!r} in the ini file"
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise pytest.UsageError(f"{where}: the verify tolerance must be a number >= 0, e.g. 1e-4")
+    return float(value)
 
 
 def _check_url(run: LayaRun) -> None:
@@ -159,7 +198,7 @@ def _check_url(run: LayaRun) -> None:
         ClientSettings.resolve(run.url, environ={})
     except LayaError as exc:
         raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
-    if run.mode not in ("live", "record"):
+    if run.mode not in ("live", "record", "verify"):
         return
     import httpx
 
@@ -218,7 +257,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         options = _marker(item)  # typos fail the run at start-up, not one test at a time
-        needs_url = run.mode in ("live", "record") and options.get("server") in (None, "live")
+        needs_url = run.mode in ("live", "record", "verify") and options.get("server") in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
         if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
             raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or laya_url in the ini file), "
@@ -324,6 +363,7 @@ def _export(run: LayaRun) -> dict[str, Any]:
         "skipped_modules": sorted(str(p) for p in run.skipped_modules),
         "partial": list(run.partial),
         "collected": run.collected,
+        "verify": run.verify.results if run.verify else [],
         "notes": {section: list(lines) for section, lines in run.notes.items()},
     }
 
@@ -339,6 +379,8 @@ def _merge(run: LayaRun, data: Mapping[str, Any]) -> None:
     run.skipped_modules.update(Path(p) for p in data.get("skipped_modules", ()))
     run.partial.extend(data.get("partial", ()))
     run.collected = max(run.collected, int(data.get("collected", 0)))
+    for result in data.get("verify", ()):
+        run.verifications().results.append(result)
     for section, lines in data.get("notes", {}).items():
         for line in lines:
             run.note(section, line)
@@ -479,7 +521,7 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
     the routed model) and the installed laya's version. /health is read once per session, or
     once before a test if that read failed, never inside a cassette and never in replay.
     """
-    if laya_run.mode not in ("replay", "record") or laya_server.kind not in ("replay", "live"):
+    if laya_run.mode not in ("replay", "record", "verify") or laya_server.kind not in ("replay", "live"):
         yield None
         return
     from .cassettes import laya_vcr
@@ -489,6 +531,9 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
     path = _cassette_file(directory, relpath)
     _pytest_recording_clash(request, path)
     laya_run.used_cassettes.add(path)  # the test owns it, whatever happens to it below
+    if laya_run.mode == "verify":
+        yield from _verify_cassette(request, laya_run, laya_server, directory, relpath, path)
+        return
     record = laya_run.mode == "record"
     strict = options.get("strict", laya_run.strict)
     vcr = laya_vcr(record=record, cassette_dir=directory, api_key=laya_run.api_key,
@@ -517,6 +562,43 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
             if handle.outcome:
                 key = {"replayed": "played", "written": "recorded"}.get(handle.outcome, handle.outcome)
                 laya_run.cassettes[key] = laya_run.cassettes.get(key, 0) + 1
+
+
+def _verify_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: Any,
+                     directory: Path, relpath: Path, path: Path) -> Iterator[Any]:
+    """`laya_cassette` in verify mode: the test runs live while its cassette is kept aside, and
+    every live answer is compared with the recorded one (`pytest_laya.verify`); drift fails the
+    test at teardown with the differences and the command that records the cassette again.
+
+    The live exchanges are captured by a record-mode cassette that is never saved, so they are
+    scrubbed and normalised exactly as a re-recording would store them.
+    """
+    from .cassettes import laya_vcr
+    from .settings import redact_url
+    from .verify import verify_interactions
+
+    with laya_vcr(record=False, cassette_dir=directory, api_key=laya_run.api_key, strict=False).cassette(relpath) as old:
+        missing = not old.exists
+        recorded = list(old.cassette.data)
+    live = laya_vcr(record=True, cassette_dir=directory, api_key=laya_run.api_key, strict=False,
+                    record_hint="--laya-record")
+    with live.cassette(relpath) as handle:
+        try:
+            yield handle
+        finally:
+            handle.discard()  # verify never writes a cassette
+    invoked = Path(request.config.invocation_params.dir)
+    shown = os.path.relpath(path, invoked) if path.is_relative_to(invoked) else str(path)
+    test = os.path.relpath(request.node.path, invoked) if Path(request.node.path).is_relative_to(invoked) \
+        else str(request.node.path)
+    test += "::" + request.node.nodeid.partition("::")[2] if "::" in request.node.nodeid else ""
+    rerecord = f"pytest '{test}' --laya-record" + (f" --laya-url {redact_url(laya_run.url)}" if laya_run.url else "")
+    result = verify_interactions(recorded, list(handle.cassette.data), path=shown, rerecord=rerecord,
+                                 server=redact_url(laya_server.url), tolerance=laya_run.verify_tolerance,
+                                 missing=missing)
+    laya_run.verifications().add(result)
+    if result.drifted:
+        pytest.fail(result.report(), pytrace=False)
 
 
 def _observer(laya_run: LayaRun, server: Any):
@@ -591,6 +673,7 @@ def _summary(run: LayaRun) -> dict[str, Any]:
         "cassettes": dict(run.cassettes),
         "conformance": run.conformance.rows() if run.conformance else [],
         "unused_cassettes": run.unused_cassettes,
+        "verify": run.verify.results if run.verify else None,
         "notes": {section: list(lines) for section, lines in run.notes.items()},
     }
 
@@ -649,6 +732,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for row in summary["conformance"]:
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
                 f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")
+    if run.verify:
+        for number, line in enumerate(run.verify.lines()):
+            tr.line(line, red=number > 0)
     if c.get("discarded"):
         tr.line("a test failed while recording: its old cassette was kept; fix the test and run --laya-record again")
     if unused:

@@ -1,0 +1,220 @@
+"""--laya-mode=verify: a test's cassette checked against a live server, interaction by interaction.
+
+Recorded against one fake, verified against the same fake (no drift) or a changed one (drift
+that names the cassette and how to record it again). The comparison itself is unit-tested on
+response dicts at the end.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpcore  # noqa: F401
+import httpx  # noqa: F401
+import pytest
+import vcr  # noqa: F401
+import vcr.stubs.httpx_stubs  # noqa: F401
+
+from pytest_laya.fake import FakeLayaServer
+from pytest_laya.verify import DEFAULT_TOLERANCE, compare_responses
+
+# pytester's in-process runs drop modules first imported inside them; importing the network
+# stack here keeps one copy of each class (as tests/test_plugin.py does).
+
+CANARY = "sk-verify-canary-8c1e"
+TEST_DECIDE = """
+def test_refund(laya_client):
+    decision = laya_client.decide("I was charged twice. Refund me.", {
+        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}},
+    })
+    assert 0 <= decision["refund"].p <= 1
+"""
+
+
+def run(pytester, *args):
+    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *args)
+
+
+# The fakes speak the target spec; the live server is held to it in both modes.
+def record(pytester, server, *args):
+    result = run(pytester, "--laya-record", f"--laya-url={server.url}", f"--laya-api-key={CANARY}",
+                 "--laya-spec=target", *args)
+    assert result.ret == 0, result.stdout.str()
+    [cassette] = (pytester.path / "cassettes").rglob("*.yaml")
+    return cassette
+
+
+def verify(pytester, server, *args):
+    return run(pytester, "--laya-mode=verify", f"--laya-url={server.url}", f"--laya-api-key={CANARY}",
+               "--laya-spec=target", *args)
+
+
+@pytest.fixture
+def fake():
+    with FakeLayaServer(api_key=CANARY) as server:
+        yield server
+
+
+def shifted(by: float, **kwargs):
+    """A fake whose noul probabilities (and so their confidences) are `by` higher."""
+    server = FakeLayaServer(api_key=CANARY, **kwargs)
+    original = server.laya.noul_probability
+    server.laya.noul_probability = lambda state, question: round(original(state, question) + by, 4)
+    return server
+
+
+def test_an_unchanged_server_verifies(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    cassette = record(pytester, fake)
+    before = cassette.read_bytes()
+    served = len(fake.requests)
+    result = verify(pytester, fake)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["mode: verify*", "verify: 1 cassette, 1 of 1 interactions match, 0 cassettes drifted*"])
+    assert len(fake.requests) > served  # verify asked the live server again
+    assert cassette.read_bytes() == before  # and never writes a cassette
+
+
+def test_a_changed_server_fails_with_a_diff_naming_the_cassette(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    with FakeLayaServer(api_key=CANARY, revision="fake-1") as changed:
+        result = verify(pytester, changed)
+    result.assert_outcomes(passed=1, errors=1)  # the test's own assertions hold; the cassette is stale
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*cassette cassettes/test_it/test_refund.yaml no longer matches the live server http://127.0.0.1:*"
+        " (1 of 1 interactions differ; numbers compared within 0.0001):",
+        '*interaction 1 POST /v1/systemone: body at /served_by/revision (recorded "fake-0", now "fake-1")*',
+        "*re-record the cassette: pytest 'test_it.py::test_refund' --laya-record --laya-url http://127.0.0.1:*",
+        "verify: 1 cassette, 0 of 1 interactions match, 1 cassette drifted*",
+        "  re-record cassettes/test_it/test_refund.yaml: pytest 'test_it.py::test_refund' --laya-record*",
+    ])
+    assert CANARY not in out
+
+
+def test_status_and_headers_must_match_exactly(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    with FakeLayaServer(api_key=CANARY, flavor="laya-serve-0.4.15") as other:
+        result = verify(pytester, other, "--laya-spec=current")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*interaction 1 POST /v1/systemone: *header x-request-id (recorded 'recorded', now absent)*",
+        "*request GET /health: the cassette has no recorded interaction for this request*",
+    ])
+
+
+def test_probabilities_within_the_tolerance_still_match(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    with shifted(DEFAULT_TOLERANCE / 2) as close:
+        result = verify(pytester, close)
+    result.assert_outcomes(passed=1)
+
+
+def test_probabilities_beyond_the_tolerance_drift(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    with shifted(0.001) as far:
+        result = verify(pytester, far)
+        result.assert_outcomes(passed=1, errors=1)
+        result.stdout.fnmatch_lines(["*body at /answers/refund/noul (recorded *, now *: differs by 0.001, more than 0.0001)*"])
+        verify(pytester, far, "--laya-verify-tolerance=0.01").assert_outcomes(passed=1)
+        pytester.makeini("[pytest]\nlaya_verify_tolerance = 0.01\n")
+        verify(pytester, far).assert_outcomes(passed=1)
+        # The command line wins over the ini file.
+        verify(pytester, far, "--laya-verify-tolerance=0").assert_outcomes(passed=1, errors=1)
+
+
+@pytest.mark.parametrize(("args", "ini", "message"), [
+    (["--laya-verify-tolerance=-1"], "", "*--laya-verify-tolerance: the verify tolerance must be a number >= 0*"),
+    ([], "laya_verify_tolerance = lots", "*laya_verify_tolerance = 'lots' in the ini file: the verify tolerance*"),
+    ([], "", "*--laya-mode=verify needs --laya-url URL*"),
+])
+def test_bad_verify_settings_are_one_usage_error(pytester, args, ini, message):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = run(pytester, "--laya-mode=verify", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_requests_the_test_no_longer_makes_or_never_recorded_are_drift(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    pytester.makepyfile(test_it=TEST_DECIDE.replace("Refund me.", "Refund me now."))
+    result = verify(pytester, fake)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*interaction 1 POST /v1/systemone: the test no longer sends this request*",
+        "*request POST /v1/systemone: the cassette has no recorded interaction for this request*",
+    ])
+
+
+def test_a_test_without_a_cassette_fails_and_says_how_to_record_it(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    result = verify(pytester, fake)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*verify: there is no cassette at cassettes/test_it/test_refund.yaml to verify*"
+                                 "record it: pytest 'test_it.py::test_refund' --laya-record*"])
+    assert not (pytester.path / "cassettes").exists()
+
+
+def test_the_json_report_lists_every_interaction(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, fake)
+    report = pytester.path / "laya.json"
+    verify(pytester, fake, f"--laya-report={report}").assert_outcomes(passed=1)
+    [result] = json.loads(report.read_text())["verify"]
+    assert result["cassette"] == "cassettes/test_it/test_refund.yaml" and not result["drifted"]
+    assert [(i["number"], i["request"], i["matches"]) for i in result["interactions"]] == [(1, "POST /v1/systemone", True)]
+
+
+def test_verify_runs_under_xdist_and_the_controller_reports(pytester, fake):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_it=TEST_DECIDE + TEST_DECIDE.replace("def test_refund", "def test_again"))
+    record_two = run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-api-key={CANARY}", "--laya-spec=target")
+    record_two.assert_outcomes(passed=2)
+    with FakeLayaServer(api_key=CANARY, revision="fake-1") as changed:
+        result = verify(pytester, changed, "-n", "2")
+    result.stdout.fnmatch_lines(["verify: 2 cassettes, 0 of 2 interactions match, 2 cassettes drifted*"])
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+def response(status=200, headers=None, body=b'{"answers": {"q": {"noul": 0.5}}}', message="OK"):
+    return {"status": {"code": status, "message": message},
+            "headers": headers if headers is not None else {"content-type": ["application/json"], "content-length": ["33"]},
+            "body": {"string": body}}
+
+
+def test_an_identical_response_has_no_differences():
+    assert compare_responses(response(), response()) == []
+
+
+def test_content_length_follows_the_body_and_is_not_compared():
+    drifted = response(body=b'{"answers": {"q": {"noul": 0.50001}}}', headers={"content-type": ["application/json"],
+                                                                               "content-length": ["37"]})
+    assert compare_responses(response(), drifted) == []
+
+
+def test_every_kind_of_difference_is_named():
+    live = response(503, {"content-type": ["application/json"], "retry-after": ["1"]},
+                    b'{"answers": {"q": {"noul": 0.6}}, "extra": true}', "Service Unavailable")
+    assert compare_responses(response(), live) == [
+        "status (recorded 200 OK, now 503 Service Unavailable)",
+        "header retry-after (recorded absent, now '1')",
+        "body at /answers/q/noul (recorded 0.5, now 0.6: differs by 0.1, more than 0.0001)",
+        "body at /extra (recorded absent, now true)",
+    ]
+
+
+def test_types_and_non_json_bodies_compare_exactly():
+    assert compare_responses(response(body=b'{"a": 1}'), response(body=b'{"a": true}')) == [
+        "body at /a (recorded 1, now true)"]
+    assert compare_responses(response(body=b'{"a": 1}'), response(body=b'{"a": 1.0}')) == []
+    assert compare_responses(response(body=b"backend unavailable\n"), response(body=b"backend timed out\n")) == [
+        'body (recorded "backend unavailable\\n", now "backend timed out\\n")']
