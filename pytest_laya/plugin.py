@@ -729,6 +729,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.line(f"{section}:")
         for line in lines:
             tr.line(f"  {line}")
+    if run.notes and summary["conformance"]:
+        tr.line("conformance (each server's responses, against each spec):")
     for row in summary["conformance"]:
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
                 f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")

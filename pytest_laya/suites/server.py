@@ -1,0 +1,354 @@
+"""The HTTP contract of a served Laya: run it against any /v1/systemone server.
+
+    pytest --pyargs pytest_laya.suites.server --laya-mode=live --laya-url URL \\
+        [--laya-spec current|target] [--laya-api-key KEY] [--laya-limit NAME=N ...]
+    python -m pytest_laya check URL [--spec current|target] [--api-key KEY]
+
+Each test is one check: status codes and bodies for good and bad requests, the advertised
+limits, determinism, /health, batch and request ids. Every response is held to the chosen spec
+by the plugin's observer and counted in the conformance table that ends pytest-laya's summary.
+Under the current spec, a behaviour only the target asks for ends its check as xfailed with
+the reason, and is listed under "target gaps" in the summary; under the target spec it fails.
+Two checks only measure (option-order flips, question independence) and report in the summary.
+
+What each check means and how to read a failure: docs/server-contract.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_laya.client import DECIDE_PATH
+from pytest_laya.decision import Choice, Decision, parse_answers
+from pytest_laya.errors import LayaError
+from pytest_laya.questions import normalize_questions
+from pytest_laya.servers import ServerHandle
+from pytest_laya.suites.measures import compare, decided, describe, probability_change
+from pytest_laya.suites.server_under_test import (
+    CONTRACT_SECTION,
+    MEASURED_SECTION,
+    RULE_GAPS_SECTION,
+    Check,
+    ServerUnderTest,
+    json_body,
+    parse_limit_options,
+    resolve_limits,
+)
+
+BATCH_PATH = "/v1/systemone/batch"
+#: Two answers to one request "are the same" when they decide the same and no probability
+#: moved more than this (servers round to 4 decimals; a GPU may wobble in the last one).
+SAME_ANSWER_TOLERANCE = 1e-3
+#: A batched state's answer may differ from its single answer by padding arithmetic, no more.
+BATCH_TOLERANCE = 0.01
+
+STATE = "I was charged twice for my order last week. Please refund the duplicate payment today."
+OTHER_STATE = "The app crashes every time I open the settings page on my phone."
+MIXED = {
+    "department": {"type": "choice", "instructions": "Which team should handle this?",
+                   "criteria": {"billing": "Charges, invoices and refunds", "technical": "Bugs and crashes",
+                                "sales": "New orders and upgrades"}},
+    "channel": {"type": "choice", "instructions": "How should we reply?", "criteria": ["email", "phone", "chat"]},
+    "urgency": {"type": "score", "instructions": "How urgent is the request?",
+                "criteria": ["Not urgent", "Needs attention soon", "Needs attention immediately"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+}
+GOOD = {"state": STATE, "questions": {"refund": MIXED["refund"]}}
+#: (state, choice question) pairs whose options the option-order measurement permutes.
+ORDER_PROBES = [
+    (STATE, {"type": "choice", "instructions": "Which team should handle this?",
+             "criteria": {"billing": "Charges and refunds", "technical": "Software problems",
+                          "sales": "New orders", "legal": "Contracts and complaints"}}),
+    (OTHER_STATE, {"type": "choice", "instructions": "What kind of message is this?",
+                   "criteria": {"bug": "Something is broken", "question": "How do I do something?",
+                                "feature": "A request for something new"}}),
+    ("Bonjour, je voudrais changer l'adresse de livraison de ma commande.",
+     {"type": "choice", "instructions": "What does the customer want?",
+      "criteria": {"address_change": "Change where it is delivered", "cancel": "Cancel the order",
+                   "refund": "Get money back", "track": "Know where the parcel is", "other": "Something else"}}),
+    ("Your service is terrible and I am never ordering again.",
+     {"type": "choice", "instructions": "What is the customer's mood?", "criteria": ["angry", "neutral", "happy"]}),
+]
+
+
+# -- fixtures -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator[ServerUnderTest]:
+    """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec."""
+    from pytest_laya.plugin import _observer
+
+    if laya_run.mode == "live":
+        handle = ServerHandle(url=laya_run.url, kind="live", spec=laya_run.spec or "current", api_key=laya_run.api_key)
+    elif laya_run.mode == "fake":
+        fake = request.getfixturevalue("_laya_session_fake")
+        handle = ServerHandle(url=fake.url, kind="fake", spec="target")
+    else:
+        pytest.exit(f"the server contract checks a running server: add --laya-mode=live --laya-url URL "
+                    f"(this run is --laya-mode={laya_run.mode})", returncode=pytest.ExitCode.USAGE_ERROR)
+    try:
+        overrides = parse_limit_options(request.config.getoption("laya_limit") or [])
+    except ValueError as exc:
+        pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
+    server = ServerUnderTest(url=handle.url, spec_name=handle.spec, api_key=handle.api_key,
+                             observe=_observer(laya_run, handle))
+    # Read once for the limits; the health checks read it again, validated.
+    health = server.send("GET", "/health", observe=False)
+    server.health = json_body(health) if health.status == 200 else None
+    server.limits = resolve_limits(server.spec_name, server.health, overrides)
+    laya_run.note(CONTRACT_SECTION, f"{handle.kind} {handle.url} held to the {handle.spec} spec; "
+                                    f"limits: {server.limits.describe()}")
+    try:
+        yield server
+    finally:
+        for line in server.rule_gap_lines():
+            laya_run.note(RULE_GAPS_SECTION, line)
+        for line in server.measurements:
+            laya_run.note(MEASURED_SECTION, line)
+        server.close()
+
+
+@pytest.fixture
+def check(server_under_test: ServerUnderTest, laya_run: Any, request: pytest.FixtureRequest) -> Check:
+    """This check's view of the server: its name, for the gaps it reports."""
+    return Check(server_under_test, laya_run.note, request.node.name)
+
+
+def _decide(check: Check, state: Any, questions: Mapping[str, Any]) -> Decision:
+    """A well-formed decision through the served client; any refusal or bad answer fails the check."""
+    with check.server.client() as client:
+        try:
+            return client.decide(state, questions)
+        except LayaError as exc:
+            check.fail(f"a well-formed decision request failed: {exc}")
+
+
+def _needs_key(check: Check) -> None:
+    if not check.server.api_key:
+        pytest.skip("no --laya-api-key given: the token checks need the server's key")
+
+
+def _same(check: Check, what: str, reference: Decision | Mapping[str, Any], other: Mapping[str, Any],
+          tolerance: float, *, same_decision: bool) -> None:
+    answers = reference.answers if isinstance(reference, Decision) else reference
+    for qid, answer in answers.items():
+        change = probability_change(answer, other[qid])
+        if change > tolerance or (same_decision and decided(answer) != decided(other[qid])):
+            check.fail(f"{what}: question {qid!r} was answered {describe(answer)}, then {describe(other[qid])} "
+                       f"(a probability moved {change:.4f}; allowed {tolerance:g})")
+
+
+# -- /health ------------------------------------------------------------------------------
+
+def test_health_answers_status_ok(check: Check) -> None:
+    body = check.expect(check.server.send("GET", "/health"), 200, "GET /health")
+    if not isinstance(body, dict) or body.get("status") != "ok":
+        check.fail(f'GET /health must be a JSON object with "status": "ok", got {body!r}')
+
+
+def test_health_names_the_models_and_the_limits(check: Check) -> None:
+    body = check.expect(check.server.send("GET", "/health"), 200, "GET /health")
+    missing = [name for name in ("ready", "models", "limits") if not isinstance(body, dict) or name not in body]
+    if missing:
+        check.target_gap(f"/health has no {', '.join(missing)}; the target's health document says whether the "
+                         "server is ready, which weights serve each model, and the request limits")
+    if body["ready"] is not True or not body["models"]:
+        check.fail(f"a serving server's /health must say ready: true and name at least one model, got "
+                   f"ready {body['ready']!r}, models {sorted(body['models'])}")
+
+
+def test_health_without_a_token_shows_liveness_only(check: Check) -> None:
+    _needs_key(check)
+    body = check.expect(check.server.send("GET", "/health", auth=False), 200, "GET /health without a token")
+    if body != {"status": "ok"}:
+        check.fail(f'GET /health without a token must show only {{"status": "ok"}}, got keys {sorted(body or {})}')
+
+
+# -- good requests ------------------------------------------------------------------------
+
+def test_a_decision_answers_every_question_in_order(check: Check) -> None:
+    decision = _decide(check, STATE, MIXED)
+    if list(decision.answers) != list(MIXED):
+        check.fail(f"answers must come one per question in the order asked {list(MIXED)}, got {list(decision.answers)}")
+    for qid, answer in decision.answers.items():
+        if isinstance(answer, Choice) and answer.probabilities[answer.key] < max(answer.probabilities.values()):
+            check.fail(f"question {qid!r}: the choice {answer.key!r} must be the most probable option, "
+                       f"got probabilities {dict(answer.probabilities)}")
+
+
+def test_the_same_request_twice_gets_the_same_answer(check: Check) -> None:
+    first = _decide(check, STATE, MIXED)
+    second = _decide(check, STATE, MIXED)
+    _same(check, "the same request twice", first, second.answers, SAME_ANSWER_TOLERANCE, same_decision=True)
+
+
+def test_the_request_id_is_echoed(check: Check) -> None:
+    mine = "pytest-laya-contract-" + os.urandom(8).hex()
+    x = check.server.post(GOOD, headers={"X-Request-Id": mine})
+    check.expect(x, 200, "a well-formed decision request")
+    echoed = x.headers.get("x-request-id")
+    if echoed != mine:
+        got = "no X-Request-Id" if echoed is None else f"X-Request-Id {echoed!r}"
+        check.target_gap(f"sent X-Request-Id {mine!r}, got {got} back; the target echoes the caller's request id")
+
+
+# -- bad requests -------------------------------------------------------------------------
+
+def test_malformed_json_is_a_400(check: Check) -> None:
+    x = check.server.send("POST", DECIDE_PATH, b'{"state": "I was charged twice.", "questions": ')
+    check.expect(x, 400, "a body that is not valid JSON", code="malformed_request")
+
+
+def test_a_body_without_questions_is_a_400(check: Check) -> None:
+    x = check.server.post({"state": STATE})
+    check.expect(x, 400, "a body without 'questions'", code="malformed_request")
+
+
+def test_empty_questions_are_a_400(check: Check) -> None:
+    x = check.server.post({"state": STATE, "questions": {}})
+    check.expect(x, 400, "'questions': {} (nothing to answer)", code="malformed_request", today=(200,))
+
+
+def test_an_unknown_question_type_is_a_422_naming_it(check: Check) -> None:
+    x = check.server.post({"state": STATE, "questions": {"mood": {"type": "ranking", "instructions": "How does the customer feel?"}}})
+    body = check.expect(x, 422, "a question of unknown type 'ranking'", code="invalid_question")
+    if check.spec_name == "target":
+        named = {e.get("question") for e in body.get("errors", []) if isinstance(e, dict)}
+        if named != {"mood"}:
+            check.fail(f"the 422 must name the invalid question 'mood' in errors[], got {sorted(map(str, named))}")
+
+
+def test_every_invalid_question_is_named(check: Check) -> None:
+    questions = {
+        "mood": {"type": "ranking", "instructions": "How does the customer feel?"},
+        "team": {"type": "choice", "instructions": "Which team?"},  # a choice without criteria
+        "refund": MIXED["refund"],
+    }
+    x = check.server.post({"state": STATE, "questions": questions})
+    body = check.expect(x, 422, "two invalid questions ('mood', 'team') beside a valid one", code="invalid_question")
+    if check.spec_name == "target":
+        named = {e.get("question") for e in body.get("errors", []) if isinstance(e, dict)}
+        if named != {"mood", "team"}:
+            check.fail(f"the 422 must name exactly the invalid questions 'mood' and 'team' in errors[], got {sorted(map(str, named))}")
+    elif not all(f"'{qid}'" in x.body.decode("utf-8", "replace") or f'"{qid}"' in x.body.decode("utf-8", "replace")
+                 for qid in ("mood", "team")):
+        check.target_gap(f"the 422 names only some of the invalid questions ({check.server.describe(x)}); "
+                         "the target names each one in errors[]")
+
+
+def test_too_many_questions_are_a_413(check: Check) -> None:
+    limit = check.server.limits.max_questions
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(limit + 1)}
+    x = check.server.post({"state": STATE, "questions": questions})
+    check.expect(x, 413, f"{limit + 1} questions (the limit is {limit})", code="too_many_questions")
+
+
+def test_questions_at_the_limit_are_answered(check: Check) -> None:
+    limit = check.server.limits.max_questions
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(limit)}
+    body = check.expect(check.server.post({"state": STATE, "questions": questions}), 200,
+                        f"{limit} questions (the limit is {limit})")
+    if list(body.get("answers", {})) != list(questions):
+        check.fail(f"{limit} questions must get {limit} answers in order, got {len(body.get('answers', {}))}")
+
+
+def test_a_state_over_the_limit_is_a_413(check: Check) -> None:
+    limit = check.server.limits.max_state_chars
+    x = check.server.post({"state": "x" * (limit + 1), "questions": GOOD["questions"]})
+    check.expect(x, 413, f"a state of {limit + 1} characters (the limit is {limit})", code="state_too_large")
+
+
+def test_a_state_at_the_limit_is_answered(check: Check) -> None:
+    limit = check.server.limits.max_state_chars
+    state = (STATE + " ") * (limit // (len(STATE) + 1) + 1)
+    x = check.server.post({"state": state[:limit], "questions": GOOD["questions"]})
+    check.expect(x, 200, f"a state of {limit} characters (the limit is {limit})")
+
+
+def test_a_body_over_the_limit_is_a_413(check: Check) -> None:
+    limit = check.server.limits.max_body_bytes
+    # Valid JSON padded with whitespace: only its size is wrong.
+    body = json.dumps(GOOD).encode("utf-8") + b" " * limit
+    x = check.server.send("POST", DECIDE_PATH, body)
+    check.expect(x, 413, f"a body of {len(body)} bytes (the limit is {limit})", code="too_large")
+
+
+def test_a_body_that_is_not_json_media_is_a_415(check: Check) -> None:
+    x = check.server.post(GOOD, content_type="text/plain")
+    check.expect(x, 415, "a JSON body sent as Content-Type: text/plain", code="unsupported_media_type", today=(200,))
+
+
+def test_an_unknown_model_is_a_422(check: Check) -> None:
+    x = check.server.post({**GOOD, "model": "pytest-laya-no-such-model"})
+    check.expect(x, 422, "model 'pytest-laya-no-such-model', which no server serves", code="unknown_model", today=(200,))
+
+
+def test_a_wrong_or_missing_token_is_a_401(check: Check) -> None:
+    _needs_key(check)
+    wrong = "pytest-laya-wrong-" + os.urandom(8).hex()
+    check.server.keep_secret(wrong)
+    for what, headers in (("a wrong bearer token", {"Authorization": f"Bearer {wrong}"}), ("no Authorization header", {})):
+        x = check.server.post(GOOD, headers=headers, auth=False)
+        check.expect(x, 401, f"a decision request with {what}", code="unauthorized")
+        seen = x.body.decode("utf-8", "replace") + "\n".join(x.headers.values())
+        if wrong in seen or check.server.api_key in seen:
+            check.fail(f"the 401 to a request with {what} shows a token (redacted here as ***): {check.server.describe(x)}")
+
+
+# -- batch --------------------------------------------------------------------------------
+
+def test_batch_answers_each_state_as_alone(check: Check) -> None:
+    states = [STATE, OTHER_STATE]
+    x = check.server.post({"states": states, "questions": MIXED}, path=BATCH_PATH, observe=False)
+    if x.status in (404, 405):
+        check.target_gap(f"POST {BATCH_PATH} answered {x.status}; the target answers several states in one request")
+    check.server.observe(x)
+    body = check.expect(x, 200, f"POST {BATCH_PATH} with {len(states)} states")
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list) or len(results) != len(states):
+        check.fail(f"a batch of {len(states)} states must get {len(states)} results in order, got {check.server.describe(x)}")
+    asked = normalize_questions(MIXED)
+    for i, (state, result) in enumerate(zip(states, results)):
+        try:
+            batched = parse_answers(result.get("answers") if isinstance(result, dict) else None, asked)
+        except LayaError as exc:
+            check.fail(f"batch result {i}: {exc}")
+        _same(check, f"state {i} alone and in the batch", _decide(check, state, MIXED), batched,
+              BATCH_TOLERANCE, same_decision=False)
+
+
+# -- measured, never failed on ------------------------------------------------------------
+
+def _orders(question: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The question with its options reversed, and rotated by one."""
+    criteria = question["criteria"]
+    items = list(criteria.items()) if isinstance(criteria, dict) else list(criteria)
+    permuted = []
+    for order in (items[::-1], items[1:] + items[:1]):
+        permuted.append({**question, "criteria": dict(order) if isinstance(criteria, dict) else order})
+    return permuted
+
+
+def test_measure_option_order_flip_rate(check: Check) -> None:
+    pairs = []
+    for state, question in ORDER_PROBES:
+        reference = _decide(check, state, {"q": question})["q"]
+        pairs += [(reference, _decide(check, state, {"q": permuted})["q"]) for permuted in _orders(question)]
+    result = compare(pairs)
+    check.measured(f"option order: {result.changed} of {result.pairs} reorderings changed the choice "
+                   f"({result.rate:.0%}) over {len(ORDER_PROBES)} questions; largest probability change "
+                   f"{result.max_change:.4f}")
+
+
+def test_measure_question_independence(check: Check) -> None:
+    together = _decide(check, STATE, MIXED)
+    pairs = [(_decide(check, STATE, {qid: question})[qid], together[qid]) for qid, question in MIXED.items()]
+    result = compare(pairs)
+    check.measured(f"question independence: {result.changed} of {result.pairs} answers decided differently "
+                   f"alone than beside the other {len(MIXED) - 1} questions; largest probability change "
+                   f"{result.max_change:.4f}")

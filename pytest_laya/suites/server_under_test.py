@@ -1,0 +1,278 @@
+"""The server the HTTP contract checks: raw requests, each response held to the chosen spec.
+
+Why raw requests: the contract has to send what no well-behaved client sends (malformed JSON, a
+wrong media type, a body over the limit) and read the status and body exactly as they arrive.
+Every response still goes through the plugin's observer, so it is validated against the spec
+the run claims and counted in the conformance table like every response `laya_client` sees.
+
+Under the current spec each response is also checked against the target, and the target rules
+it breaks are collected (`ServerUnderTest.rule_gaps`): a run against today's servers shows how
+far they are from the target, rule by rule, without failing on it. A check of a behaviour only
+the target asks for reports the gap through `Check.target_gap`: xfailed with the reason under
+the current spec, failed under the target.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import httpx
+import pytest
+
+from ..client import DECIDE_PATH, Exchange, ServedLayaClient
+from ..conformance import SpecViolationError
+from ..headers import REQUEST_ID_HEADER, new_request_id
+from ..settings import redact_url
+from ..specs import Spec
+
+__all__ = [
+    "LIMIT_NAMES",
+    "DOCUMENTED_LIMITS",
+    "Limits",
+    "parse_limit_options",
+    "resolve_limits",
+    "ServerUnderTest",
+    "Check",
+    "CONTRACT_SECTION",
+    "BEHAVIOUR_GAPS_SECTION",
+    "RULE_GAPS_SECTION",
+    "MEASURED_SECTION",
+]
+
+JSON = "application/json"
+#: One request's time limit: generous, because a real model on a busy machine is slow.
+REQUEST_TIMEOUT_S = 60.0
+#: Summary sections (pytest-laya's terminal summary prints them before the conformance table).
+CONTRACT_SECTION = "server contract"
+BEHAVIOUR_GAPS_SECTION = "target gaps: behaviours only the target spec asks for (their checks xfailed)"
+RULE_GAPS_SECTION = "target gaps: target-spec rules these responses broke"
+MEASURED_SECTION = "measured (reported, never failed on)"
+
+#: The request limits the contract probes.
+LIMIT_NAMES = ("max_questions", "max_state_chars", "max_body_bytes")
+#: What each spec documents when the server publishes no limits: the current spec's Detail413
+#: ("More than 64 questions, ..., a state over 50,000 characters, or a body over 2 MiB") and
+#: the target's /health example (`limits`). tests/test_server_contract.py holds them to the specs.
+DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
+    "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
+    "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
+}
+_BODY_SHOWN = 300
+_LINE_MAX = 220
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits the contract holds the server to, and where each one came from."""
+
+    max_questions: int
+    max_state_chars: int
+    max_body_bytes: int
+    #: name -> "--laya-limit", "/health" or "the <spec> spec's defaults".
+    sources: Mapping[str, str]
+
+    def describe(self) -> str:
+        """``max_questions 64, ... (from /health)``, each limit's source named once."""
+        sources = {self.sources[name] for name in LIMIT_NAMES}
+        if len(sources) == 1:
+            return ", ".join(f"{name} {getattr(self, name)}" for name in LIMIT_NAMES) + f" (from {sources.pop()})"
+        return ", ".join(f"{name} {getattr(self, name)} (from {self.sources[name]})" for name in LIMIT_NAMES)
+
+
+def parse_limit_options(values: list[str]) -> dict[str, int]:
+    """``["max_questions=32", ...]`` -> ``{"max_questions": 32}``; ValueError says what to fix."""
+    limits: dict[str, int] = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        name = name.strip()
+        if not sep or name not in LIMIT_NAMES:
+            raise ValueError(f"--laya-limit {value!r}: use NAME=N with NAME one of {', '.join(LIMIT_NAMES)}")
+        try:
+            limits[name] = int(number)
+        except ValueError:
+            raise ValueError(f"--laya-limit {value!r}: N must be a whole number") from None
+        if limits[name] < 1:
+            raise ValueError(f"--laya-limit {value!r}: N must be at least 1")
+    return limits
+
+
+def resolve_limits(spec_name: str, health: Any, overrides: Mapping[str, int]) -> Limits:
+    """Each limit from --laya-limit, else from /health `limits`, else the chosen spec's default."""
+    published = health.get("limits") if isinstance(health, Mapping) else None
+    published = published if isinstance(published, Mapping) else {}
+    values: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    for name in LIMIT_NAMES:
+        number = published.get(name)
+        if name in overrides:
+            values[name], sources[name] = overrides[name], "--laya-limit"
+        elif isinstance(number, int) and not isinstance(number, bool) and number >= 1:
+            values[name], sources[name] = number, "/health"
+        else:
+            values[name], sources[name] = DOCUMENTED_LIMITS[spec_name][name], f"the {spec_name} spec's defaults"
+    return Limits(**values, sources=sources)
+
+
+class ServerUnderTest:
+    """One server, held to `spec_name`: raw requests and the served client, both observed."""
+
+    def __init__(self, *, url: str, spec_name: str, api_key: str | None,
+                 observe: Callable[[Exchange], None], timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.url = url
+        self.spec_name = spec_name
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self._observe = observe
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False)
+        self._secrets = [api_key] if api_key else []
+        #: (where, expected) -> operation -> statuses of the responses that broke that target rule.
+        self.rule_gaps: dict[tuple[str, str], dict[str, dict[int, None]]] = {}
+        #: Measurement lines, noted in the summary after the gaps.
+        self.measurements: list[str] = []
+        self.limits: Limits | None = None
+        self.health: Any = None
+
+    # -- requests -----------------------------------------------------------------------
+
+    def send(self, method: str, path: str, body: bytes | None = None, *, content_type: str | None = JSON,
+             headers: Mapping[str, str] | None = None, auth: bool = True, observe: bool = True) -> Exchange:
+        """One request as given; the response is validated (unless `observe` is False) and returned."""
+        sent = {"Accept": "application/json, application/problem+json", "User-Agent": "pytest-laya-server-contract",
+                REQUEST_ID_HEADER: new_request_id()}
+        if content_type is not None and body is not None:
+            sent["Content-Type"] = content_type
+        if auth and self.api_key:
+            sent["Authorization"] = f"Bearer {self.api_key}"
+        sent.update(headers or {})
+        started = time.monotonic()
+        try:
+            response = self._http.request(method, self.url + path, content=body, headers=sent)
+        except httpx.TransportError as exc:
+            pytest.fail(f"{method} {path}: no response from {redact_url(self.url)} within {self.timeout_s:g} s "
+                        f"({type(exc).__name__}: {self.redact(str(exc))})", pytrace=False)
+        exchange = Exchange(method=method, url=self.url + path, path=path, status=response.status_code,
+                            headers=response.headers, body=response.content, request_body=body,
+                            elapsed_s=time.monotonic() - started)
+        if observe:
+            self.observe(exchange)
+        return exchange
+
+    def post(self, payload: Any, path: str = DECIDE_PATH, **kwargs: Any) -> Exchange:
+        """POST `payload` as JSON (the way a client would send it) to `path`."""
+        return self.send("POST", path, json.dumps(payload, ensure_ascii=False).encode("utf-8"), **kwargs)
+
+    def client(self) -> ServedLayaClient:
+        """The served client on this server: decisions parsed by its answer rules, responses observed."""
+        return ServedLayaClient(self.url, api_key=self.api_key, timeout_s=self.timeout_s, on_exchange=self.observe)
+
+    def observe(self, exchange: Exchange) -> None:
+        """Hold `exchange` to the chosen spec (raises on a violation) and collect its target gaps."""
+        if self.spec_name == "current":
+            for v in Spec.target().violations(exchange.method, exchange.path, exchange.status,
+                                              exchange.headers, exchange.body):
+                seen = self.rule_gaps.setdefault((_general_pointer(v.where), v.expected), {})
+                seen.setdefault(f"{exchange.method} {exchange.path}", {})[exchange.status] = None
+        try:
+            self._observe(exchange)
+        except SpecViolationError as exc:  # the violations are the message; the client's frames are noise
+            pytest.fail(self.redact(str(exc)), pytrace=False)
+
+    # -- words --------------------------------------------------------------------------
+
+    def keep_secret(self, value: str) -> None:
+        """Never show `value` (a token) in a message."""
+        self._secrets.append(value)
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def describe(self, exchange: Exchange) -> str:
+        """``HTTP 200 application/json: {"model": ...}``, cut short and with tokens redacted."""
+        media = exchange.headers.get("content-type", "no Content-Type")
+        body = exchange.body[:_BODY_SHOWN].decode("utf-8", "replace")
+        more = "..." if len(exchange.body) > _BODY_SHOWN else ""
+        return self.redact(f"HTTP {exchange.status} {media}: {body}{more}")
+
+    def rule_gap_lines(self) -> list[str]:
+        lines = []
+        for (where, expected), seen in sorted(self.rule_gaps.items()):
+            where_seen = "; ".join(f"{operation} {', '.join(map(str, sorted(statuses)))}"
+                                   for operation, statuses in sorted(seen.items()))
+            line = f"{where}: expected {expected} [{where_seen}]"
+            lines.append(line if len(line) <= _LINE_MAX else line[: _LINE_MAX - 3] + "...")
+        return lines
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _general_pointer(where: str) -> str:
+    """`where` with question ids and batch indexes generalised, so one rule is listed once."""
+    parts = where.split("/")
+    for i in range(1, len(parts) - 1):
+        if parts[i] == "answers":
+            parts[i + 1] = "<question>"
+        elif parts[i] == "results" and parts[i + 1].isdigit():
+            parts[i + 1] = "<i>"
+    return "/".join(parts)
+
+
+def json_body(exchange: Exchange) -> Any:
+    """The body as JSON, or None when it is not JSON."""
+    try:
+        return json.loads(exchange.body)
+    except ValueError:
+        return None
+
+
+class Check:
+    """One check of the contract: the server, the run's notes, and how a target gap is reported."""
+
+    def __init__(self, server: ServerUnderTest, note: Callable[[str, str], None], name: str) -> None:
+        self.server = server
+        self.name = name
+        self._note = note
+
+    @property
+    def spec_name(self) -> str:
+        return self.server.spec_name
+
+    def measured(self, line: str) -> None:
+        """Report a measurement in the summary (after the gaps); it never fails the check."""
+        self.server.measurements.append(line)
+
+    def fail(self, message: str) -> NoReturn:
+        pytest.fail(self.server.redact(message), pytrace=False)
+
+    def target_gap(self, what: str) -> NoReturn:
+        """A behaviour only the target asks for is missing: xfailed under the current spec, failed under the target."""
+        what = self.server.redact(what)
+        if self.spec_name != "current":
+            pytest.fail(what, pytrace=False)
+        self._note(BEHAVIOUR_GAPS_SECTION, f"{self.name}: {what}")
+        pytest.xfail(f"target gap: {what}")
+
+    def expect(self, exchange: Exchange, status: int, what: str, *, code: str | None = None,
+               today: tuple[int, ...] = ()) -> Any:
+        """`exchange` must have `status` (under the target spec also the problem `code`); returns its JSON body.
+
+        A status in `today` is what today's servers do where the target asks for `status`: under
+        the current spec it is a target gap, not a failure.
+        """
+        body = json_body(exchange)
+        if exchange.status == status:
+            if code is not None and self.spec_name == "target":
+                got = body.get("code") if isinstance(body, Mapping) else None
+                if got != code:
+                    self.fail(f"{what}: expected problem code {code!r}, got {got!r} ({self.server.describe(exchange)})")
+            return body
+        wanted = f"{status} {code}" if code else str(status)
+        if self.spec_name == "current" and exchange.status in today:
+            self.target_gap(f"{what}: answered {exchange.status}; the target asks for {wanted}")
+        self.fail(f"{what}: expected HTTP {wanted}, got {self.server.describe(exchange)}")

@@ -1,0 +1,374 @@
+"""The server contract (pytest_laya.suites.server) run as users run it, against real servers.
+
+The reference server on the tiny checkpoint must pass it under the target spec, laya-serve
+0.4.15 under the current spec with its target gaps listed, and deliberately broken servers must
+fail it, each on the check that names what is broken: a contract that cannot fail proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpcore  # noqa: F401
+import httpx
+import pytest
+
+from pytest_laya import Spec
+from pytest_laya.__main__ import main, pytest_arguments
+from pytest_laya.decision import Choice, Noul, Score
+from pytest_laya.fake import FakeLaya, FakeLayaServer
+from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
+from pytest_laya.plugin import LayaRun, _export, _merge
+from pytest_laya.suites.measures import compare
+from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
+
+# pytester's in-process runs drop modules first imported inside them; importing the network
+# stack here keeps one copy of each class, so exceptions map the same in every inner run.
+
+KEY = "sk-contract-canary-9d41"
+SUITE = ("--pyargs", "pytest_laya.suites.server")
+#: The checks of the suite, and those that need --laya-api-key.
+CHECKS = 22
+TOKEN_CHECKS = 2
+#: The checks laya-serve 0.4.15 passes only as target gaps.
+LAYA_SERVE_GAPS = [
+    "test_health_names_the_models_and_the_limits",
+    "test_the_request_id_is_echoed",
+    "test_empty_questions_are_a_400",
+    "test_every_invalid_question_is_named",
+    "test_a_body_that_is_not_json_media_is_a_415",
+    "test_an_unknown_model_is_a_422",
+]
+
+
+def run(pytester, *args):
+    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *SUITE, *args)
+
+
+def failed_checks(result) -> list[str]:
+    return sorted(report.nodeid.split("::")[-1] for report in result.reprec.getreports("pytest_runtest_logreport")
+                  if report.failed)
+
+
+# -- servers, started once per module -----------------------------------------------------
+
+def _reference(api_key=None):
+    pytest.importorskip("laya", reason="needs the reference extra")
+    from reference_server.app import create_app
+    from reference_server.engine import LayaEngine
+    from reference_server.serving import ServerThread
+    from reference_server.settings import ServerSettings
+    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+    thread = ServerThread(create_app(LayaEngine({"tiny": str(embedded_checkpoint_dir())}), ServerSettings(api_key=api_key)))
+    thread.start()
+    deadline = time.monotonic() + 120
+    while httpx.get(thread.url + "/readyz").status_code != 200:
+        assert time.monotonic() < deadline, "the reference server did not become ready within 120 s"
+        time.sleep(0.05)
+    return thread
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with _reference() as thread:
+        yield thread
+
+
+@pytest.fixture(scope="module")
+def reference_keyed():
+    with _reference(api_key=KEY) as thread:
+        yield thread
+
+
+@pytest.fixture(scope="module")
+def laya_serve():
+    pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
+    from pytest_laya.laya_serve import LayaServeProcess
+    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+    with LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY) as server:
+        yield server
+
+
+# -- (a) the reference server: the whole target contract -----------------------------------
+
+def test_the_reference_server_meets_the_target_contract(pytester, reference):
+    result = run(pytester, "--laya-mode=live", f"--laya-url={reference.url}", "--laya-spec=target", "-rs")
+    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
+    out = result.stdout.str()
+    assert "target gaps" not in out
+    result.stdout.fnmatch_lines(["*SKIPPED*no --laya-api-key given: the token checks need the server's key*"])
+    result.stdout.fnmatch_lines([
+        "server contract:",
+        f"  live {reference.url} held to the target spec; limits: max_questions 64, max_state_chars 50000, "
+        "max_body_bytes 2097152 (from /health)",
+        "measured (reported, never failed on):",
+        "  option order: * of 8 reorderings changed the choice (*%) over 4 questions; largest probability change *",
+        "  question independence: * of 4 answers decided differently alone than beside the other 3 questions;*",
+        "conformance (each server's responses, against each spec):",
+        f"  live {reference.url}*target   operations 3/3, headers 7/7, 0 violations in * responses",
+    ])
+
+
+def test_with_an_api_key_every_check_runs_and_the_key_is_never_shown(pytester, reference_keyed):
+    report = pytester.path / "laya.json"
+    result = run(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", "--laya-spec=target",
+                 f"--laya-api-key={KEY}", f"--laya-report={report}", "-v")
+    result.assert_outcomes(passed=CHECKS)
+    result.stdout.fnmatch_lines(["*test_health_without_a_token_shows_liveness_only PASSED*",
+                                 "*test_a_wrong_or_missing_token_is_a_401 PASSED*"])
+    assert KEY not in result.stdout.str() + result.stderr.str() + report.read_text()
+    notes = json.loads(report.read_text())["notes"]
+    assert sorted(notes) == ["measured (reported, never failed on)", "server contract"]  # no target gaps
+
+
+# -- (b) laya-serve 0.4.15: the current contract, the target gaps listed -------------------
+
+def test_laya_serve_meets_the_current_contract_and_its_target_gaps_are_listed(pytester, laya_serve):
+    result = run(pytester, "--laya-mode=live", f"--laya-url={laya_serve.url}", "--laya-spec=current",
+                 f"--laya-api-key={KEY}", "-rx")
+    result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS), xfailed=len(LAYA_SERVE_GAPS))
+    result.stdout.fnmatch_lines([
+        "target gaps: behaviours only the target spec asks for (their checks xfailed):",
+        *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
+        "target gaps: target-spec rules these responses broke:",
+        "  /headers/x-request-id: expected header X-Request-Id (required) [GET /health 200; POST /v1/systemone 200, 400, 401, 413, 422*",
+        "measured (reported, never failed on):",
+        "conformance (each server's responses, against each spec):",
+        f"  live {laya_serve.url}*current  operations 3/3, headers 4/4, 0 violations in * responses",
+        f"  live {laya_serve.url}*target   operations 0/3*",
+    ])
+    result.stdout.fnmatch_lines([f"XFAIL *{name} - target gap: *" for name in LAYA_SERVE_GAPS])
+    result.stdout.fnmatch_lines(["*test_a_body_that_is_not_json_media_is_a_415: a JSON body sent as Content-Type: "
+                                 "text/plain: answered 200; the target asks for 415 unsupported_media_type"])
+    assert KEY not in result.stdout.str() + result.stderr.str()
+
+
+# -- (c) broken servers fail, on the check that names the fault ------------------------------
+
+def _answer_body(response: Respond) -> dict:
+    return json.loads(response.payload)
+
+
+def _rewritten(response: Respond, body: dict) -> Respond:
+    return Respond(response.status, body, headers=response.headers)
+
+
+def _ok_to_malformed_json(fake: FakeLayaServer, request: ReceivedRequest) -> Respond:
+    try:
+        json.loads(request.body or b"null")
+    except ValueError:
+        status, headers, body = fake.laya.answer({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}})
+        return Respond(status, body, headers={**headers, "X-Request-Id": request.header("x-request-id") or "x"})
+    return fake.normal_response(request)
+
+
+def _probabilities_halved(fake: FakeLayaServer, request: ReceivedRequest) -> Respond:
+    response = fake.normal_response(request)
+    if response.status != 200 or not request.path.startswith("/v1/systemone"):
+        return response
+    body = _answer_body(response)
+    for answers in [body.get("answers", {})] + [r["answers"] for r in body.get("results", [])]:
+        for answer in answers.values():
+            if "probabilities" in answer:
+                answer["probabilities"] = {k: round(p / 2, 4) for k, p in answer["probabilities"].items()}
+    return _rewritten(response, body)
+
+
+def _least_probable_choice(fake: FakeLayaServer, request: ReceivedRequest) -> Respond:
+    response = fake.normal_response(request)
+    if response.status != 200 or request.path != "/v1/systemone":
+        return response
+    body = _answer_body(response)
+    for answer in body["answers"].values():
+        if answer["type"] == "choice" and len(answer["probabilities"]) > 1:
+            answer["choice"] = min(answer["probabilities"], key=answer["probabilities"].get)
+    return _rewritten(response, body)
+
+
+def _noul_drifting(fake: FakeLayaServer, request: ReceivedRequest, calls=[0]) -> Respond:
+    # Each decision moves every yes/no answer on by 0.37 (mod 1): no two answers within a few
+    # calls of each other are within 0.04, so the run fails the same way every time.
+    response = fake.normal_response(request)
+    if response.status != 200 or not request.path.startswith("/v1/systemone"):
+        return response
+    calls[0] += 1
+    body = _answer_body(response)
+    for answers in [body.get("answers", {})] + [r["answers"] for r in body.get("results", [])]:
+        for answer in answers.values():
+            if answer["type"] == "noul":
+                answer["noul"] = round((answer["noul"] + 0.37 * calls[0]) % 1, 4)
+                answer["confidence"] = max(answer["noul"], round(1 - answer["noul"], 4))
+    return _rewritten(response, body)
+
+
+@pytest.mark.parametrize("fault, failing, words", [
+    (_ok_to_malformed_json, ["test_malformed_json_is_a_400"], "a body that is not valid JSON: expected HTTP 400 malformed_request, got HTTP 200"),
+    (_probabilities_halved, ["test_a_decision_answers_every_question_in_order", "test_batch_answers_each_state_as_alone",
+                             "test_measure_option_order_flip_rate", "test_measure_question_independence",
+                             "test_the_same_request_twice_gets_the_same_answer"], "probabilities sum to 0.5"),
+    (_least_probable_choice, ["test_a_decision_answers_every_question_in_order"], "must be the most probable option"),
+    (_noul_drifting, ["test_batch_answers_each_state_as_alone", "test_the_same_request_twice_gets_the_same_answer"],
+     "the same request twice: question 'refund'"),
+], ids=["200-to-malformed-json", "probabilities-halved", "least-probable-choice", "nondeterministic"])
+def test_a_broken_server_fails_the_check_that_names_its_fault(pytester, fault, failing, words):
+    fake = FakeLayaServer(api_key=KEY)  # never started: only its answers are used
+    with ScriptedServer(default=lambda request: fault(fake, request)) as broken:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "--laya-spec=target", f"--laya-api-key={KEY}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert failed_checks(result) == sorted(failing)
+    result.stdout.fnmatch_lines([f"*{words}*"])
+    assert KEY not in result.stdout.str()
+
+
+def test_a_response_that_breaks_the_chosen_spec_fails_with_its_violations(pytester):
+    fake = FakeLayaServer()
+
+    def without_served_by(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if response.status != 200 or request.path != "/v1/systemone":
+            return response
+        body = _answer_body(response)
+        body.pop("served_by")
+        return _rewritten(response, body)
+
+    with ScriptedServer(default=without_served_by) as broken:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "--laya-spec=target")
+    assert "test_a_decision_answers_every_question_in_order" in failed_checks(result)
+    result.stdout.fnmatch_lines(["*POST /v1/systemone -> 200 breaks the target spec*", "*/body/served_by: expected a required property*"])
+
+
+# -- limits and usage errors ---------------------------------------------------------------
+
+def test_a_limit_given_as_an_option_is_the_one_checked(pytester):
+    # The fake refuses only over 64 questions: held to a limit of 8, it fails that check alone.
+    result = run(pytester, "--laya-mode=fake", "--laya-limit", "max_questions=8")
+    assert failed_checks(result) == ["test_too_many_questions_are_a_413"]
+    result.stdout.fnmatch_lines(["*9 questions (the limit is 8): expected HTTP 413 too_many_questions, got HTTP 200*",
+                                 "*limits: max_questions 8 (from --laya-limit), max_state_chars 50000 (from /health)*"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--laya-mode=fake", "--laya-limit", "max_questons=8"], "--laya-limit 'max_questons=8': use NAME=N with NAME one of max_questions, max_state_chars, max_body_bytes"),
+    (["--laya-mode=fake", "--laya-limit", "max_questions=0"], "--laya-limit 'max_questions=0': N must be at least 1"),
+    (["--laya-mode=replay"], "the server contract checks a running server: add --laya-mode=live --laya-url URL (this run is --laya-mode=replay)"),
+])
+def test_a_run_that_cannot_check_anything_stops_with_one_line(pytester, args, words):
+    result = run(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines([f"*{words}*"])
+
+
+def test_limits_come_from_the_option_then_health_then_the_spec():
+    limits = resolve_limits("current", {"limits": {"max_questions": 16, "max_state_chars": True}}, {"max_body_bytes": 1024})
+    assert (limits.max_questions, limits.max_state_chars, limits.max_body_bytes) == (16, 50_000, 1024)
+    assert limits.sources == {"max_questions": "/health", "max_state_chars": "the current spec's defaults",
+                              "max_body_bytes": "--laya-limit"}
+    assert parse_limit_options(["max_questions=3", "max_body_bytes=10"]) == {"max_questions": 3, "max_body_bytes": 10}
+    with pytest.raises(ValueError, match="N must be a whole number"):
+        parse_limit_options(["max_questions=many"])
+
+
+def test_the_documented_default_limits_are_what_the_specs_say():
+    described = Spec.current().document["components"]["responses"]["Detail413"]["description"]
+    assert "More than 64 questions" in described and "50,000 characters" in described and "2 MiB" in described
+    assert DOCUMENTED_LIMITS["current"] == {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024}
+    example = Spec.target().document["paths"]["/health"]["get"]["responses"]["200"]["content"]["application/json"]
+    published = example["examples"]["full"]["value"]["limits"]
+    assert DOCUMENTED_LIMITS["target"] == {name: published[name] for name in DOCUMENTED_LIMITS["target"]}
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+def test_on_the_fake_the_measurements_are_exactly_zero(pytester):
+    # The fake's answers depend on neither option order nor the other questions, by construction.
+    result = run(pytester, "--laya-mode=fake")
+    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
+    result.stdout.fnmatch_lines([
+        "  option order: 0 of 8 reorderings changed the choice (0%) over 4 questions; largest probability change 0.0000",
+        "  question independence: 0 of 4 answers decided differently alone than beside the other 3 questions; "
+        "largest probability change 0.0000",
+    ])
+
+
+def test_a_server_that_leans_on_option_order_is_measured_and_still_passes(pytester):
+    fake = FakeLayaServer()
+
+    def first_option_wins(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if response.status != 200 or not request.path.startswith("/v1/systemone"):
+            return response
+        body = _answer_body(response)
+        for answers in [body.get("answers", {})] + [r["answers"] for r in body.get("results", [])]:
+            for answer in answers.values():
+                if answer["type"] == "choice" and len(answer["probabilities"]) > 1:
+                    keys = list(answer["probabilities"])
+                    answer["probabilities"] = {k: 0.9 if i == 0 else round(0.1 / (len(keys) - 1), 4) for i, k in enumerate(keys)}
+                    answer["choice"] = keys[0]
+        return _rewritten(response, body)
+
+    with ScriptedServer(default=first_option_wins) as leaning:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={leaning.url}", "--laya-spec=target")
+    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
+    result.stdout.fnmatch_lines(["  option order: 8 of 8 reorderings changed the choice (100%) over 4 questions; "
+                                 "largest probability change 0.8*"])
+
+
+def test_compare_counts_changed_decisions_and_the_largest_move():
+    a = Choice(key="x", probabilities={"x": 0.6, "y": 0.4}, confidence=0.2)
+    b = Choice(key="y", probabilities={"x": 0.45, "y": 0.55}, confidence=0.1)
+    n1, n2 = Noul(p=0.7, confidence=0.7), Noul(p=0.68, confidence=0.68)
+    s = Score(level=1, expected=1.0, probabilities={0: 0.2, 1: 0.6, 2: 0.2}, legend={}, confidence=0.4)
+    result = compare([(a, b), (n1, n2), (s, s)])
+    assert (result.pairs, result.changed, result.max_change) == (3, 1, 0.15)
+    assert compare([]).rate == 0.0
+
+
+# -- the summary notes cross pytest-xdist ----------------------------------------------------
+
+def test_summary_notes_merge_from_workers_once_each():
+    controller = LayaRun(mode="live", url=None, api_key=None, spec=None, cassette_dir=None, strict=True, report=None, checkpoint=None)
+    worker = LayaRun(mode="live", url=None, api_key=None, spec=None, cassette_dir=None, strict=True, report=None, checkpoint=None)
+    controller.note("server contract", "shared line")
+    worker.note("server contract", "shared line")
+    worker.note("measured", "a measurement")
+    _merge(controller, json.loads(json.dumps(_export(worker))))
+    assert controller.notes == {"server contract": ["shared line"], "measured": ["a measurement"]}
+
+
+# -- (d) python -m pytest_laya check -------------------------------------------------------
+
+def test_python_m_pytest_laya_check_runs_the_contract_end_to_end(reference_keyed, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pytest_laya", "check", reference_keyed.url, "--spec", "target",
+                           "--api-key", KEY, "--", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert f"{CHECKS} passed" in done.stdout
+    assert "conformance (each server's responses, against each spec):" in done.stdout
+    assert KEY not in done.stdout + done.stderr
+    assert not (tmp_path / ".pytest_cache").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], "say what to run: check URL"),
+    (["check"], "the following arguments are required: URL"),
+    (["check", "localhost:8000"], "URL must be an http(s) URL such as http://127.0.0.1:8000, got 'localhost:8000'"),
+    (["check", "http://127.0.0.1:8000", "--spec", "future"], "argument --spec: invalid choice: 'future'"),
+])
+def test_check_usage_errors_are_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "usage: python -m pytest_laya check URL" in err
+
+
+def test_check_hands_pytest_the_suite_and_the_key_only_as_its_option():
+    args = pytest_arguments("http://127.0.0.1:8000", spec="target", api_key=KEY, extra=["-k", "health"])
+    assert args[:5] == ["--pyargs", "pytest_laya.suites.server", "--laya-mode=live",
+                        "--laya-url=http://127.0.0.1:8000", "--laya-spec=target"]
+    assert [a for a in args if KEY in a] == [f"--laya-api-key={KEY}"]
+    assert args[-2:] == ["-k", "health"] and "no:cacheprovider" in args
