@@ -55,13 +55,19 @@ class DecisionModel(Protocol):
 
 
 class ServedLayaModel:
-    """A served Laya as a `DecisionModel`, over `ServedLayaClient` (any mode of the plugin)."""
+    """A served Laya as a `DecisionModel`, over `ServedLayaClient` (any mode of the plugin).
+
+    `client_options` go to the client (`model`, `api_key`, `timeout_s`, `transport`,
+    `on_exchange`...). `allow_truncation` is passed to every decision, as `LayaModel` takes it.
+    """
 
     question_types = QUESTION_TYPES
     deterministic = True
 
-    def __init__(self, url: str | None = None, *, name: str = "served-laya", **client_options: Any) -> None:
+    def __init__(self, url: str | None = None, *, name: str = "served-laya", allow_truncation: bool = False,
+                 **client_options: Any) -> None:
         self.name = name
+        self.allow_truncation = bool(allow_truncation)
         self._options = client_options
         self._client = ServedLayaClient(url, **client_options)
         self._last_model: str | None = None
@@ -76,7 +82,7 @@ class ServedLayaModel:
         return self._client
 
     def decide(self, state: Any, questions: Questions) -> Decision:
-        decision = self._client.decide(state, questions)
+        decision = self._client.decide(state, questions, allow_truncation=self.allow_truncation)
         self._last_model = decision.model
         return decision
 
@@ -84,7 +90,7 @@ class ServedLayaModel:
         # One async client per call: an httpx.AsyncClient belongs to the event loop it was used
         # on, and callers (pytest-asyncio's per-test loops) do not share one.
         async with AsyncServedLayaClient(self._client.url, **self._options) as client:
-            decision = await client.decide(state, questions)
+            decision = await client.decide(state, questions, allow_truncation=self.allow_truncation)
         self._last_model = decision.model
         return decision
 

@@ -170,3 +170,23 @@ def test_the_contract_holds_over_cassettes_recorded_from_the_reference_server(py
     replayed = pytester.runpytest("-p", "no:cacheprovider")
     # Strict replay: a test that made one request fewer or more than it recorded fails.
     replayed.assert_outcomes(passed=CONTRACT_TESTS)
+
+
+def test_a_served_model_passes_allow_truncation_to_every_decision():
+    import httpx
+
+    from pytest_laya import LayaConfigError
+    from pytest_laya.contract import run_coroutine
+
+    body = {"answers": {"q": {"type": "noul", "noul": 0.6, "confidence": 0.2}},
+            "usage": {"input_tokens": 512, "output_tokens": 0, "truncated": True},
+            "served_by": {"checkpoint": "tiny", "revision": "sha256:0"}}
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    question = {"q": {"type": "noul", "instructions": "Late?"}}
+    with ServedLayaModel("http://laya.invalid", transport=transport) as strict:
+        with pytest.raises(LayaConfigError) as info:
+            strict.decide("A very long state.", question)
+        assert info.value.code == "token_window_full"
+    with ServedLayaModel("http://laya.invalid", transport=transport, allow_truncation=True) as lenient:
+        assert lenient.decide("A very long state.", question).usage.truncated
+        assert run_coroutine(lambda: lenient.adecide("A very long state.", question)).usage.truncated
