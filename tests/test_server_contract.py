@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+# pytester's in-process runs drop modules first imported inside them; importing the network
+# stack here keeps one copy of each class, so exceptions map the same in every inner run.
 import httpcore  # noqa: F401
 import httpx
 import pytest
@@ -19,14 +21,11 @@ import pytest
 from pytest_laya import Spec
 from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.decision import Choice, Noul, Score
-from pytest_laya.fake import FakeLaya, FakeLayaServer
+from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun, _export, _merge
 from pytest_laya.suites.measures import compare
 from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
-
-# pytester's in-process runs drop modules first imported inside them; importing the network
-# stack here keeps one copy of each class, so exceptions map the same in every inner run.
 
 KEY = "sk-contract-canary-9d41"
 SUITE = ("--pyargs", "pytest_laya.suites.server")

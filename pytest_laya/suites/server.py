@@ -121,11 +121,20 @@ def check(server_under_test: ServerUnderTest, laya_run: Any, request: pytest.Fix
 
 def _decide(check: Check, state: Any, questions: Mapping[str, Any]) -> Decision:
     """A well-formed decision through the served client; any refusal or bad answer fails the check."""
-    with check.server.client() as client:
-        try:
-            return client.decide(state, questions)
-        except LayaError as exc:
-            check.fail(f"a well-formed decision request failed: {exc}")
+    try:
+        return check.server.decide(state, questions)
+    except LayaError as exc:
+        error = exc  # failed outside the handler, so pytest shows one message, not a chain
+    check.fail(f"a well-formed decision request failed: {error}")
+
+
+def _answers(check: Check, raw: Any, questions: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Raw answers through the served client's answer rules; a broken one fails the check."""
+    try:
+        return parse_answers(raw, normalize_questions(questions))
+    except LayaError as exc:
+        error = exc
+    check.fail(f"{where}: {error}")
 
 
 def _needs_key(check: Check) -> None:
@@ -312,12 +321,8 @@ def test_batch_answers_each_state_as_alone(check: Check) -> None:
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list) or len(results) != len(states):
         check.fail(f"a batch of {len(states)} states must get {len(states)} results in order, got {check.server.describe(x)}")
-    asked = normalize_questions(MIXED)
     for i, (state, result) in enumerate(zip(states, results)):
-        try:
-            batched = parse_answers(result.get("answers") if isinstance(result, dict) else None, asked)
-        except LayaError as exc:
-            check.fail(f"batch result {i}: {exc}")
+        batched = _answers(check, result.get("answers") if isinstance(result, dict) else None, MIXED, f"batch result {i}")
         _same(check, f"state {i} alone and in the batch", _decide(check, state, MIXED), batched,
               BATCH_TOLERANCE, same_decision=False)
 

@@ -25,6 +25,7 @@ import pytest
 
 from ..client import DECIDE_PATH, Exchange, ServedLayaClient
 from ..conformance import SpecViolationError
+from ..decision import Decision
 from ..headers import REQUEST_ID_HEADER, new_request_id
 from ..settings import redact_url
 from ..specs import Spec
@@ -135,6 +136,7 @@ class ServerUnderTest:
         self.measurements: list[str] = []
         self.limits: Limits | None = None
         self.health: Any = None
+        self._client: ServedLayaClient | None = None
 
     # -- requests -----------------------------------------------------------------------
 
@@ -165,9 +167,15 @@ class ServerUnderTest:
         """POST `payload` as JSON (the way a client would send it) to `path`."""
         return self.send("POST", path, json.dumps(payload, ensure_ascii=False).encode("utf-8"), **kwargs)
 
-    def client(self) -> ServedLayaClient:
-        """The served client on this server: decisions parsed by its answer rules, responses observed."""
-        return ServedLayaClient(self.url, api_key=self.api_key, timeout_s=self.timeout_s, on_exchange=self.observe)
+    def decide(self, state: Any, questions: Mapping[str, Any]) -> Decision:
+        """A decision through the served client: parsed by its answer rules, every response observed.
+
+        One client for the whole run, so its /health identity cache spares a read per decision.
+        """
+        if self._client is None:
+            self._client = ServedLayaClient(self.url, api_key=self.api_key, timeout_s=self.timeout_s,
+                                            on_exchange=self.observe)
+        return self._client.decide(state, questions)
 
     def observe(self, exchange: Exchange) -> None:
         """Hold `exchange` to the chosen spec (raises on a violation) and collect its target gaps."""
@@ -210,6 +218,8 @@ class ServerUnderTest:
 
     def close(self) -> None:
         self._http.close()
+        if self._client is not None:
+            self._client.close()
 
 
 def _general_pointer(where: str) -> str:
