@@ -10,6 +10,7 @@ micro-batched inference off the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -39,6 +40,7 @@ __all__ = ["create_app"]
 log = logging.getLogger("reference_server")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
+_INLINE_PARSE_BYTES = 32 * 1024
 
 
 class _RequestContext:
@@ -109,6 +111,7 @@ class _Server:
         self.on_load_failure = on_load_failure
         self.admission = _Admission(settings.max_concurrent, settings.retry_after_s)
         self.batcher: MicroBatcher | None = None
+        self._large_parses: anyio.CapacityLimiter | None = None  # made on the serving loop
         self.load_error: BaseException | None = None
         self._expected_auth = f"Bearer {settings.api_key}".encode("utf-8", "surrogateescape") if settings.api_key else None
 
@@ -189,6 +192,25 @@ class _Server:
             "revisions": {name: identity.revision for name, identity in models.items()},
         }
 
+    def parse_decision(self, raw: bytes, *, batch: bool) -> tuple[dict[str, Any], str, list[DecisionRequest]]:
+        """The body, the model and the requests it asks for, or the Problem that refuses it."""
+        body = parse_json_object(raw)
+        model = requested_model(body, list(self.engine.models)) or self.engine.default_model
+        return body, model, decision_requests(body, self.settings.limits, batch=batch)
+
+    async def parse_decision_off_loop(self, raw: bytes, *, batch: bool) -> tuple[dict[str, Any], str, list[DecisionRequest]]:
+        # Parsing and checking a large body costs up to a few hundred ms of CPU (a 2 MiB body of
+        # tiny items); on the event loop, a few of them at once stalled /livez for seconds. Off
+        # the loop and one at a time, the loop gets the GIL back every switch interval (only the
+        # C calls, json.loads and json.dumps, hold it for tens of ms). Small bodies stay inline:
+        # the thread hop costs more than they do.
+        if len(raw) <= _INLINE_PARSE_BYTES:
+            return self.parse_decision(raw, batch=batch)
+        if self._large_parses is None:
+            self._large_parses = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(functools.partial(self.parse_decision, raw, batch=batch),
+                                              limiter=self._large_parses)
+
     def identity(self, model: str) -> ModelIdentity:
         return self.engine.models[model]
 
@@ -250,9 +272,7 @@ def create_app(
         server.require_auth(request)
         async with server.admission.slot():
             batcher = server.require_ready()
-            body = parse_json_object(await server.read_body(request))
-            model = requested_model(body, list(server.engine.models)) or server.engine.default_model
-            requests = decision_requests(body, server.settings.limits, batch=batch)
+            body, model, requests = await server.parse_decision_off_loop(await server.read_body(request), batch=batch)
             try:
                 timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
             except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
