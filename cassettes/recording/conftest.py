@@ -1,0 +1,90 @@
+"""The recording suite's fixtures: the live servers of each kind, and `laya_server` pointing at them.
+
+`laya_server` is overridden (the plugin's documented seam) with a handle of kind ``live`` on a
+server this suite started, so the plugin's own record, replay and verify modes apply unchanged:
+`--laya-record` writes the cassettes, `--laya-mode=verify` checks them against fresh servers.
+Each cassette's provenance names the server kind it came from (``reference`` or
+``laya-serve-0.4.15``) rather than ``live``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from recording_cases import LAYA_SERVE, MODEL, REFERENCE, SPEC_OF
+from recording_servers import laya_serve, reference_server
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Cassette paths are relative to laya_cassette_dir, which this directory's pytest.ini sets
+    # to the repository's cassettes/. Collected together with other tests, that ini is not read.
+    if config.inipath is not None and Path(config.inipath).resolve().parent != HERE \
+            and not config.option.laya_cassette_dir:
+        raise pytest.UsageError(
+            "the recording suite runs on its own: .venv/bin/python -m pytest cassettes/recording --laya-record "
+            "(or --laya-mode=verify), or pass --laya-cassette-dir")
+
+
+def _start(kind: str, config: str) -> Any:
+    options = {"keyed": config == "keyed", "busy": config == "busy"}
+    if kind == REFERENCE:
+        return reference_server(warming=config == "warming", **options)
+    if kind == LAYA_SERVE:
+        if config == "warming":
+            raise ValueError("laya-serve has no warming state to record: it answers /health before it is warm")
+        return laya_serve(**options)
+    raise ValueError(f"unknown server kind {kind!r}")
+
+
+@pytest.fixture(scope="module")
+def module_servers(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """`get(config)`: this module's server kind in that configuration, started on first use."""
+    kind = request.module.KIND
+    with contextlib.ExitStack() as stack:
+        started: dict[str, Any] = {}
+
+        def get(config: str) -> Any:
+            if config not in started:
+                started[config] = stack.enter_context(_start(kind, config))
+            return started[config]
+
+        yield get
+
+
+@pytest.fixture
+def recording_server(case: Any, request: pytest.FixtureRequest, module_servers: Any) -> Iterator[Any]:
+    """The server `case` needs; a warming one is fresh for each test (it warms up only once)."""
+    if case.server == "warming":
+        with _start(request.module.KIND, "warming") as server:
+            yield server
+    else:
+        yield module_servers(case.server)
+
+
+@pytest.fixture
+def laya_server(recording_server: Any, request: pytest.FixtureRequest) -> Any:
+    from pytest_laya.servers import ServerHandle
+
+    kind = request.module.KIND
+    return ServerHandle(url=recording_server.url, kind="live", spec=SPEC_OF[kind],
+                        api_key=recording_server.api_key, model=MODEL)
+
+
+@pytest.fixture(autouse=True)
+def _server_kind_in_provenance(laya_cassette: Any, request: pytest.FixtureRequest) -> None:
+    if laya_cassette is not None:
+        laya_cassette.set_provenance(server=request.module.KIND)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _converted_cassettes_are_not_unused(laya_run: Any) -> None:
+    """cassettes/system1/ shares the cassette directory but is made by
+    scripts/convert_system1_recordings.py, not by these tests: never list it as unused."""
+    if laya_run.cassette_dir is not None:
+        laya_run.used_cassettes.update(p.resolve() for p in (laya_run.cassette_dir / "system1").rglob("*.yaml"))
