@@ -593,6 +593,8 @@ def _verify_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_ser
         else str(request.node.path)
     test += "::" + request.node.nodeid.partition("::")[2] if "::" in request.node.nodeid else ""
     rerecord = f"pytest '{test}' --laya-record" + (f" --laya-url {redact_url(laya_run.url)}" if laya_run.url else "")
+    if request.config.option.laya_cassette_dir:
+        rerecord += f" --laya-cassette-dir {request.config.option.laya_cassette_dir}"
     result = verify_interactions(recorded, list(handle.cassette.data), path=shown, rerecord=rerecord,
                                  server=redact_url(laya_server.url), tolerance=laya_run.verify_tolerance,
                                  missing=missing)

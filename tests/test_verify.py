@@ -94,6 +94,18 @@ def test_a_changed_server_fails_with_a_diff_naming_the_cassette(pytester, fake):
     assert CANARY not in out
 
 
+def test_the_re_record_command_keeps_the_cassette_directory(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-api-key={CANARY}", "--laya-spec=target",
+        "--laya-cassette-dir=recorded").assert_outcomes(passed=1)
+    with FakeLayaServer(api_key=CANARY, revision="fake-1") as changed:
+        result = verify(pytester, changed, "--laya-cassette-dir=recorded")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*cassette recorded/test_it/test_refund.yaml no longer matches*",
+                                 "*re-record the cassette: pytest 'test_it.py::test_refund' --laya-record --laya-url "
+                                 "http://127.0.0.1:* --laya-cassette-dir recorded"])
+
+
 def test_status_and_headers_must_match_exactly(pytester, fake):
     pytester.makepyfile(test_it=TEST_DECIDE)
     record(pytester, fake)
