@@ -31,6 +31,7 @@ from pytest_laya.headers import is_valid_request_id, new_request_id
 
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity
+from .heap import release_free_heap
 from .problems import Problem
 from .settings import ServerSettings
 from .validation import decision_requests, parse_json_object, requested_model
@@ -41,6 +42,7 @@ log = logging.getLogger("reference_server")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
 _INLINE_PARSE_BYTES = 32 * 1024
+_IDLE_HEAP_RELEASE_S = 1.0
 
 
 class _RequestContext:
@@ -83,10 +85,11 @@ class _ContextMiddleware:
 class _Admission:
     """At most `limit` decisions past authentication at once; the rest are refused, not queued."""
 
-    def __init__(self, limit: int, retry_after_s: int) -> None:
+    def __init__(self, limit: int, retry_after_s: int, on_idle: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.in_flight = 0
+        self.on_idle = on_idle  # called each time the last decision in flight ends
 
     @asynccontextmanager
     async def slot(self):
@@ -98,6 +101,8 @@ class _Admission:
             yield
         finally:
             self.in_flight -= 1
+            if self.in_flight == 0 and self.on_idle is not None:
+                self.on_idle()
 
 
 class _Server:
@@ -109,7 +114,8 @@ class _Server:
         self.settings = settings
         self.on_ready = on_ready
         self.on_load_failure = on_load_failure
-        self.admission = _Admission(settings.max_concurrent, settings.retry_after_s)
+        self.admission = _Admission(settings.max_concurrent, settings.retry_after_s, on_idle=self.release_heap_when_idle)
+        self._heap_release: asyncio.TimerHandle | None = None
         self.batcher: MicroBatcher | None = None
         self._large_parses: anyio.CapacityLimiter | None = None  # made on the serving loop
         self.load_error: BaseException | None = None
@@ -133,6 +139,23 @@ class _Server:
         thread = threading.Thread(target=load, name="reference-server-load", daemon=True)
         thread.start()
         return thread
+
+    def release_heap_when_idle(self) -> None:
+        """Once no decision has been in flight for `_IDLE_HEAP_RELEASE_S`, give freed heap back.
+
+        Rescheduled each time the server goes idle, so under steady traffic it waits; it runs
+        off the loop (a trim of a large heap takes milliseconds).
+        """
+        loop = asyncio.get_running_loop()
+        if self._heap_release is not None:
+            self._heap_release.cancel()
+
+        def release() -> None:
+            self._heap_release = None
+            if self.admission.in_flight == 0:
+                loop.run_in_executor(None, release_free_heap)
+
+        self._heap_release = loop.call_later(_IDLE_HEAP_RELEASE_S, release)
 
     # -- checks -------------------------------------------------------------------------
 

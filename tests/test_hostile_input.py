@@ -551,7 +551,8 @@ def _rss_bytes() -> int:
 def test_memory_returns_near_its_level_after_rounds_of_large_requests(server):
     # The server runs in this process, so this is its RSS plus pytest's (constant). The issue's
     # 10% target is measured by bench/load_reference_server.py on a server process of its own;
-    # here the bound is generous and the real check is that rounds do not accumulate memory.
+    # here the bounds are generous: rounds do not accumulate memory, and what was freed is
+    # returned once the server is idle.
     rounds = [
         [_padded_to(DECISION, LIMITS.max_body_bytes),
          {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it urgent? " * 71_429}}},
@@ -568,5 +569,12 @@ def test_memory_returns_near_its_level_after_rounds_of_large_requests(server):
             assert decide(server, body, path=path).status == 200
         after.append(_rss_bytes())
     mib = 1024 * 1024
-    assert after[-1] <= after[0] + 48 * mib, f"RSS grew round after round: {[a // mib for a in after]} MiB"
-    assert after[-1] <= idle * 1.5, f"RSS {after[-1] // mib} MiB after, {idle // mib} MiB idle"
+    # The first round warms caches (torch kernels for new shapes); later rounds must not add more.
+    assert after[-1] <= after[1] + 48 * mib, f"RSS grew round after round: {[a // mib for a in after]} MiB"
+    # A second after the last decision the server hands freed heap back (reference_server.heap).
+    deadline = time.monotonic() + 10
+    while _rss_bytes() > idle * 1.3 and time.monotonic() < deadline:
+        time.sleep(0.25)
+    settled = _rss_bytes()
+    print(f"RSS idle {idle // mib} MiB, after each round {[a // mib for a in after]} MiB, settled {settled // mib} MiB")
+    assert settled <= idle * 1.3, f"RSS {settled // mib} MiB after, {idle // mib} MiB idle"

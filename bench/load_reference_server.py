@@ -1,0 +1,483 @@
+#!/usr/bin/env python
+"""Load and hostile traffic against the reference server: what it serves, sheds and survives.
+
+The reference server runs as its own subprocess (``python -m reference_server --port 0
+--max-concurrent M`` on the embedded tiny checkpoint, 127.0.0.1 only), so its RSS is its own.
+Every phase is bounded by time and the script stops the server when it ends. Phases:
+
+- ``idle``: after a warm-up of a few decisions, the RSS the others are compared with.
+- ``load c=N`` for each N of ``--clients`` (default M and 2M: at and beyond ``--max-concurrent``):
+  N closed-loop clients, each on one keep-alive connection, send ``POST /v1/systemone`` back to
+  back for ``--duration`` s (3 questions, a rotation of 8 states). A 503 must be ``overloaded``
+  with ``Retry-After: 1`` (shed, explained); the client then pauses 20 ms instead of the second
+  it is told, to keep the pressure on.
+- ``hostile``: for ``--hostile-duration`` s, M normal clients plus two senders of large
+  bodies (a padded valid 2 MiB one, a 150,000-key state, a million-character instructions, a
+  body nested 1,000 deep), a client that sends a heavy decision (64 questions of 100 options)
+  and vanishes 200 ms later, and one connection dripping a body one byte per 100 ms.
+- ``slowloris``: for ``--slowloris-duration`` s (longer than the server's 10 s body timeout),
+  M normal clients and ``--drips`` connections dripping bodies; a drip that is shed reconnects
+  after 50 ms. The drips hold every admission slot until their 408, so this phase shows
+  shedding and recovery, not throughput.
+  Each hostile request has the outcomes it may get (e.g. 408 body_timeout or 503 overloaded).
+- ``settle``: ``--settle`` s of nothing, then the RSS after. The hostile phase and a settle run
+  ``--hostile-rounds`` times (default 2) before the slowloris one: equal RSS after each settle
+  means what stays above idle is kept (caches), not leaked.
+
+Throughout, ``/livez`` is read every ``--livez-interval`` s on a fresh connection. Every
+response is held to ``Spec.target()``; a violation, a transport error, or a status/code outside
+a request's expected outcomes counts as an error, and the script exits 1 if any happened.
+
+Reported per phase: requests, served (200), shed (503 overloaded), refused as expected (a
+hostile request's documented 4xx), errors, p50/p99 latency of the 200s (ms, nearest rank),
+/livez p50/p99/max (ms), the server's RSS at the end of the phase (MiB) and its peak (VmHWM).
+
+This is a script run by hand, not a test: nothing here asserts on time. The box is shared, so
+figures vary; docs/reliability.md has the last run's.
+
+    .venv/bin/python bench/load_reference_server.py [--max-concurrent 4] [--clients 4,8]
+        [--duration 5] [--hostile-duration 8] [--hostile-rounds 2] [--slowloris-duration 12] [--drips 20]
+        [--settle 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pytest_laya import Spec  # noqa: E402
+
+READY_PREFIX = "laya-reference-server ready at "
+HOST = "127.0.0.1"
+STATES = [
+    "I was charged twice for my order. Please refund the duplicate today.",
+    "The app crashes every time I open the settings page.",
+    "Where is my parcel? It was due last Tuesday.",
+    "Can I upgrade my plan to the business tier?",
+    "Your support agent was very helpful, thank you!",
+    "I want to cancel my subscription immediately.",
+    "The invoice shows the wrong company address.",
+    "Login fails with an error after the last update.",
+]
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this?",
+             "criteria": {"billing": "Charges and refunds", "technical": "Bugs", "sales": "Plans"}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+}
+MAX_BODY = 2 * 1024 * 1024
+
+
+def decision_body(i: int) -> bytes:
+    return json.dumps({"state": STATES[i % len(STATES)], "questions": QUESTIONS}).encode()
+
+
+def post_head(body: bytes, *, length: int | None = None, close: bool = False) -> bytes:
+    head = (f"POST /v1/systemone HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n")
+    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode()
+
+
+# -- hostile bodies and what each may get --------------------------------------------------------
+
+def _padded(size: int) -> bytes:
+    raw = decision_body(0)
+    return raw + b" " * (size - len(raw))
+
+
+HOSTILE_BODIES: list[tuple[str, bytes, set[tuple[int, str]]]] = [
+    ("2 MiB valid", _padded(MAX_BODY), {(200, "-"), (503, "overloaded")}),
+    ("150k-key state", json.dumps({"state": {str(i): 1 for i in range(150_000)}, "questions": QUESTIONS}).encode(),
+     {(413, "state_too_large"), (503, "overloaded")}),
+    ("1M-char instructions", json.dumps({"state": "x", "questions": {"q": {
+        "type": "noul", "instructions": "Is it urgent? " * 71_429}}}).encode(), {(200, "-"), (503, "overloaded")}),
+    ("nested 1000", ('{"state": ' + "[" * 1000 + '"x"' + "]" * 1000 + ', "questions": {"q": {"type": "noul", '
+                     '"instructions": "?"}}}').encode(), {(400, "malformed_request"), (503, "overloaded")}),
+]
+HEAVY = json.dumps({"state": "x " * 2000, "questions": {
+    f"q{j}": {"type": "choice", "instructions": "Which topic?", "criteria": [f"topic {i}" for i in range(100)]}
+    for j in range(64)}}).encode()
+DRIP_OUTCOMES = {(408, "body_timeout"), (503, "overloaded")}
+
+
+# -- a small HTTP/1.1 client ---------------------------------------------------------------------
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def code(self) -> str:
+        if self.headers.get("content-type") == "application/problem+json":
+            try:
+                return json.loads(self.body).get("code", "-")
+            except ValueError:
+                return "?"
+        return "-"
+
+
+async def read_reply(reader: asyncio.StreamReader) -> Reply:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return Reply(int(status_line.split()[1]), headers, body)
+
+
+async def close(writer: asyncio.StreamWriter | None) -> None:
+    if writer is not None:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except OSError:
+            pass
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float = 0.0
+    outcomes: Counter = field(default_factory=Counter)   # (kind, status, code) -> n
+    latencies: list[float] = field(default_factory=list)  # seconds, 200s of normal clients
+    livez: list[float] = field(default_factory=list)
+    livez_failures: int = 0
+    errors: list[str] = field(default_factory=list)
+    rss_mib: float = 0.0
+    hwm_mib: float = 0.0
+
+    def count(self, kind: str, reply: Reply, path: str = "/v1/systemone", method: str = "POST",
+              expected: set[tuple[int, str]] | None = None) -> None:
+        self.outcomes[(kind, reply.status, reply.code)] += 1
+        violations = Spec.target().violations(method, path, reply.status, reply.headers, reply.body)
+        if violations:
+            self.errors.append(f"{kind}: {reply.status} breaks the target spec: {violations[0]}")
+        if expected is not None and (reply.status, reply.code) not in expected:
+            self.errors.append(f"{kind}: unexpected {reply.status} {reply.code}: {reply.body[:120]!r}")
+        if reply.status == 503 and reply.headers.get("retry-after") != "1":
+            self.errors.append(f"{kind}: 503 without Retry-After: 1")
+
+    def summary(self) -> dict[str, Any]:
+        by = Counter()
+        for (kind, status, code), n in self.outcomes.items():
+            key = ("served" if status == 200 else "shed" if (status, code) == (503, "overloaded")
+                   else "refused" if 400 <= status < 500 else "vanished" if status == 0 else "other")
+            by[key] += n
+        return {
+            "phase": self.name, "seconds": round(self.seconds, 1),
+            "requests": sum(self.outcomes.values()), "served": by["served"], "shed": by["shed"],
+            "refused_as_expected": by["refused"], "vanished": by["vanished"],
+            "errors": len(self.errors) + by["other"],
+            "p50_ms": ms(percentile(self.latencies, 50)), "p99_ms": ms(percentile(self.latencies, 99)),
+            "livez_probes": len(self.livez), "livez_failures": self.livez_failures,
+            "livez_p50_ms": ms(percentile(self.livez, 50)), "livez_p99_ms": ms(percentile(self.livez, 99)),
+            "livez_max_ms": ms(max(self.livez) if self.livez else None),
+            "rss_mib": round(self.rss_mib, 1), "peak_rss_mib": round(self.hwm_mib, 1),
+            "outcomes": {f"{k} {s} {c}": n for (k, s, c), n in sorted(self.outcomes.items())},
+            "error_samples": self.errors[:5],
+        }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process, in MiB."""
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                name, value = line.split(":")
+                values[name] = int(value.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+# -- the traffic -------------------------------------------------------------------------------
+
+async def livez_probe(port: int, phase: Phase, interval_s: float, until: float) -> None:
+    while time.monotonic() < until:
+        started = time.monotonic()
+        writer = None
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), 10)
+            writer.write(f"GET /livez HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+            reply = await asyncio.wait_for(read_reply(reader), 10)
+            if reply.status != 200:
+                phase.livez_failures += 1
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            phase.livez_failures += 1
+        finally:
+            await close(writer)
+        phase.livez.append(time.monotonic() - started)
+        await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+async def normal_client(port: int, phase: Phase, index: int, until: float) -> None:
+    reader = writer = None
+    i = index
+    while time.monotonic() < until:
+        body = decision_body(i)
+        i += 1
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection(HOST, port)
+            started = time.monotonic()
+            writer.write(post_head(body) + body)
+            reply = await asyncio.wait_for(read_reply(reader), 60)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+            phase.errors.append(f"client: {type(exc).__name__}: {exc}")
+            await close(writer)
+            reader = writer = None
+            continue
+        phase.count("decision", reply, expected={(200, "-"), (503, "overloaded")})
+        if reply.status == 200:
+            phase.latencies.append(time.monotonic() - started)
+        else:
+            await asyncio.sleep(0.02)
+        if reply.headers.get("connection", "").lower() == "close":
+            await close(writer)
+            reader = writer = None
+    await close(writer)
+
+
+async def drip_client(port: int, phase: Phase, until: float) -> None:
+    body = decision_body(0)
+    while time.monotonic() < until:
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+            writer.write(post_head(body, close=True))
+            pending = asyncio.ensure_future(read_reply(reader))
+            for byte in body:
+                if pending.done() or time.monotonic() >= until:
+                    break
+                writer.write(bytes([byte]))
+                await asyncio.wait([pending], timeout=0.1)
+            if not pending.done() and time.monotonic() >= until:
+                pending.cancel()
+                break
+            reply = await asyncio.wait_for(pending, 30)
+            phase.count("drip", reply, expected=DRIP_OUTCOMES)
+            if reply.status == 503:
+                await asyncio.sleep(0.05)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            pass  # the server answered and closed while we were still writing: counted if read
+        finally:
+            await close(writer)
+
+
+async def big_body_sender(port: int, phase: Phase, until: float) -> None:
+    i = 0
+    while time.monotonic() < until:
+        kind, body, expected = HOSTILE_BODIES[i % len(HOSTILE_BODIES)]
+        i += 1
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+            writer.write(post_head(body, close=True) + body)
+            phase.count(kind, await asyncio.wait_for(read_reply(reader), 60), expected=expected)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+            phase.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+        finally:
+            await close(writer)
+
+
+async def vanishing_client(port: int, phase: Phase, until: float) -> None:
+    while time.monotonic() < until:
+        writer = None
+        try:
+            _, writer = await asyncio.open_connection(HOST, port)
+            writer.write(post_head(HEAVY) + HEAVY)
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            phase.outcomes[("vanished mid-inference", 0, "-")] += 1
+        except OSError:
+            pass
+        finally:
+            await close(writer)
+        await asyncio.sleep(0.5)
+
+
+async def run_phase(phase: Phase, port: int, pid: int, seconds: float, *, clients: int, hostile: bool,
+                    drips: int, livez_interval_s: float) -> Phase:
+    started = time.monotonic()
+    until = started + seconds
+    tasks = [livez_probe(port, phase, livez_interval_s, until)]
+    tasks += [normal_client(port, phase, i, until) for i in range(clients)]
+    tasks += [drip_client(port, phase, until) for _ in range(drips)]
+    if hostile:
+        tasks += [big_body_sender(port, phase, until), big_body_sender(port, phase, until),
+                  vanishing_client(port, phase, until)]
+    await asyncio.gather(*tasks)
+    phase.seconds = time.monotonic() - started
+    phase.rss_mib, phase.hwm_mib = memory_mib(pid)
+    return phase
+
+
+# -- the server --------------------------------------------------------------------------------
+
+class ReferenceProcess:
+    """The reference server as a subprocess on a free loopback port; stopped on exit."""
+
+    def __init__(self, max_concurrent: int) -> None:
+        self.args = [sys.executable, "-m", "reference_server", "--host", HOST, "--port", "0",
+                     "--max-concurrent", str(max_concurrent)]
+        self.log = tempfile.TemporaryFile()
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def __enter__(self) -> "ReferenceProcess":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"},
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while True:
+            text = self.text()
+            ready = [line for line in text.splitlines() if line.startswith(READY_PREFIX)]
+            if ready:
+                self.port = int(ready[0].rsplit(":", 1)[1])
+                return self
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("the reference server did not become ready:\n" + text[-2000:])
+            time.sleep(0.05)
+
+    def text(self) -> str:
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+
+
+async def warm_up(port: int, phase: Phase) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    try:
+        for i in range(len(STATES)):
+            body = decision_body(i)
+            writer.write(post_head(body) + body)
+            phase.count("warm-up", await read_reply(reader), expected={(200, "-")})
+    finally:
+        await close(writer)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    Spec.target()  # load once, before anything is timed
+    phases: list[Phase] = []
+    with ReferenceProcess(args.max_concurrent) as server:
+        pid = server.proc.pid
+        idle = Phase("idle")
+        await warm_up(server.port, idle)
+        await asyncio.sleep(1.0)
+        idle.rss_mib, idle.hwm_mib = memory_mib(pid)
+        phases.append(idle)
+        for clients in args.clients:
+            phases.append(await run_phase(Phase(f"load c={clients}"), server.port, pid, args.duration,
+                                          clients=clients, hostile=False, drips=0,
+                                          livez_interval_s=args.livez_interval))
+        for round_no in range(1, args.hostile_rounds + 1):
+            phases.append(await run_phase(Phase(f"hostile c={args.max_concurrent} #{round_no}"), server.port, pid,
+                                          args.hostile_duration, clients=args.max_concurrent, hostile=True,
+                                          drips=1, livez_interval_s=args.livez_interval))
+            phases.append(await run_phase(Phase(f"settle #{round_no}"), server.port, pid, args.settle, clients=0,
+                                          hostile=False, drips=0, livez_interval_s=args.livez_interval))
+        phases.append(await run_phase(Phase(f"slowloris c={args.max_concurrent}+{args.drips}"), server.port, pid,
+                                      args.slowloris_duration, clients=args.max_concurrent, hostile=False,
+                                      drips=args.drips, livez_interval_s=args.livez_interval))
+        phases.append(await run_phase(Phase("settle"), server.port, pid, args.settle, clients=0, hostile=False,
+                                      drips=0, livez_interval_s=args.livez_interval))
+        log_errors = [line for line in server.text().splitlines() if "Traceback" in line or "ERROR" in line]
+    summaries = [p.summary() for p in phases]
+    rss_idle, rss_after = phases[0].rss_mib, phases[-1].rss_mib
+    return {
+        "max_concurrent": args.max_concurrent, "phases": summaries,
+        "rss_after_each_settle_mib": [round(p.rss_mib, 1) for p in phases if p.name.startswith("settle")],
+        "rss_idle_mib": round(rss_idle, 1), "rss_after_mib": round(rss_after, 1),
+        "rss_change_pct": round(100 * (rss_after - rss_idle) / rss_idle, 1),
+        "peak_rss_mib": round(max(p.hwm_mib for p in phases), 1),
+        "errors": sum(s["errors"] for s in summaries) + sum(p.livez_failures for p in phases),
+        "server_log_errors": log_errors[:5],
+    }
+
+
+def print_report(result: dict[str, Any]) -> None:
+    print(f"reference server, tiny checkpoint, --max-concurrent {result['max_concurrent']}")
+    cols = ("phase", "seconds", "requests", "served", "shed", "refused_as_expected", "vanished", "errors",
+            "p50_ms", "p99_ms",
+            "livez_p50_ms", "livez_p99_ms", "livez_max_ms", "rss_mib")
+    print(" | ".join(cols))
+    for s in result["phases"]:
+        print(" | ".join(str(s[c]) for c in cols))
+    for s in result["phases"]:
+        if s["outcomes"]:
+            print(f"  {s['phase']}: " + ", ".join(f"{k}: {n}" for k, n in s["outcomes"].items()))
+        for sample in s["error_samples"]:
+            print(f"  ERROR {s['phase']}: {sample}")
+    print(f"RSS idle {result['rss_idle_mib']} MiB, after {result['rss_after_mib']} MiB "
+          f"({result['rss_change_pct']:+}%), peak {result['peak_rss_mib']} MiB; "
+          f"after each settle {result['rss_after_each_settle_mib']} MiB")
+    print(f"unexplained errors: {result['errors']}; server log errors: {len(result['server_log_errors'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-concurrent", type=int, default=4)
+    parser.add_argument("--clients", default=None, help="comma-separated client counts (default: M and 2M)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per load phase")
+    parser.add_argument("--hostile-duration", type=float, default=8.0, help="seconds of each hostile phase")
+    parser.add_argument("--hostile-rounds", type=int, default=2, help="hostile phases, each followed by a settle")
+    parser.add_argument("--slowloris-duration", type=float, default=12.0,
+                        help="seconds of the slowloris phase (keep it above the server's 10 s body timeout)")
+    parser.add_argument("--drips", type=int, default=20, help="slow-drip connections in the slowloris phase")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before the last RSS reading")
+    parser.add_argument("--livez-interval", type=float, default=0.05)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.max_concurrent < 1:
+        parser.error("--max-concurrent must be at least 1")
+    args.clients = ([int(c) for c in args.clients.split(",")] if args.clients
+                    else [args.max_concurrent, 2 * args.max_concurrent])
+    result = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_report(result)
+    return 1 if result["errors"] or result["server_log_errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
