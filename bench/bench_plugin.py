@@ -15,7 +15,7 @@ Part 1, cost per decision, all in this process. The same request every time (one
 - per test, what a test pays: ``laya_vcr(...)`` + cassette open (one interaction, YAML parsed)
   + client + 1 decision + close, against the floor's per-test peer (MockTransport client + 1
   decision + close). "as laya_client" rows add the plugin's own ``on_exchange`` observer
-  (``pytest_laya.plugin._observer``: every response validated against both specs), i.e.
+  (``pytest_laya.plugin.spec_observer``: every response validated against both specs), i.e.
   exactly the objects the ``laya_cassette`` and ``laya_client`` fixtures build. The replay
   handle claims the target spec (``--laya-spec=target``): the fake speaks it, and its
   Server-Timing breaks the current spec; the observer checks both specs either way, so the
@@ -173,9 +173,9 @@ class Setup:
         return httpx.MockTransport(lambda request: httpx.Response(200, headers=headers, content=body))
 
     def observer(self, handle: ServerHandle) -> Any:
-        from pytest_laya.plugin import _observer
+        from pytest_laya.plugin import spec_observer
 
-        return _observer(self.run, handle)
+        return spec_observer(self.run, handle)
 
     def vcr(self) -> Any:
         return laya_vcr(record=False, cassette_dir=self.cassette_dir, api_key=None, strict=True, record_hint=RECORD_HINT)

@@ -603,7 +603,13 @@ def _verify_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_ser
         pytest.fail(result.report(), pytrace=False)
 
 
-def _observer(laya_run: LayaRun, server: Any):
+def spec_observer(laya_run: LayaRun, server: Any) -> Any:
+    """An ``on_exchange`` callback for a client talking to `server`, as the fixtures give theirs.
+
+    Every response is checked against both specs and counted in the run's conformance table; one
+    that breaks the spec `server` claims raises `SpecViolationError`, failing the test. Suites
+    built on the plugin (`pytest_laya.suites.server`) feed their own clients through it.
+    """
     from .conformance import SpecViolationError
 
     if server.kind != "replay":
@@ -623,7 +629,7 @@ def _observer(laya_run: LayaRun, server: Any):
 @pytest.fixture
 def laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Iterator[Any]:
     """A `ServedLayaClient` bound to `laya_server`; every response it sees is checked against the server's spec."""
-    with laya_server.client(on_exchange=_observer(laya_run, laya_server)) as client:
+    with laya_server.client(on_exchange=spec_observer(laya_run, laya_server)) as client:
         yield client
 
 
@@ -633,7 +639,7 @@ def laya_model(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Itera
     from .models import ServedLayaModel
 
     model = ServedLayaModel(laya_server.url, name=f"served-laya ({laya_server.kind})", api_key=laya_server.api_key,
-                            model=laya_server.model, on_exchange=_observer(laya_run, laya_server))
+                            model=laya_server.model, on_exchange=spec_observer(laya_run, laya_server))
     yield model
     model.close()
 
@@ -648,7 +654,7 @@ async def _async_laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette:
     from .client import AsyncServedLayaClient
 
     async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model,
-                                     on_exchange=_observer(laya_run, laya_server)) as client:
+                                     on_exchange=spec_observer(laya_run, laya_server)) as client:
         yield client
 
 
