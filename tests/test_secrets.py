@@ -1,0 +1,141 @@
+"""The API key never leaves the process: no cassette, log, error, summary or report holds it.
+
+A canary key is set (on the command line and through LAYA_SERVED_API_KEY) and the plugin runs a
+small suite through pytester in record mode, replay mode and live mode, with a passing test, a
+failing one whose message prints the client, the server handle and a decision's provenance, and
+a server that refuses the key (401). Logging is at DEBUG for every logger (httpx, httpcore,
+vcrpy, pytest-laya) and sent to the terminal and a log file; JUnit XML and the --laya-report
+JSON are written. Then every byte the runs produced is searched for the canary, raw and in the
+encodings a leak would take (URL-encoded, JSON-escaped, base64 of the bearer header).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+from pytest_laya.fake import FakeLayaServer
+
+pytest_plugins = ["pytester"]
+
+# '/', '+' and '=' (as in base64-style keys) make the URL-encoded forms differ from the raw one.
+CANARY = "sk-canary/7f3a+9c2e=5b1d4e60"
+FORMS = {
+    "raw": CANARY,
+    "url-encoded": quote(CANARY, safe=""),
+    "form-encoded": quote_plus(CANARY),
+    "json-escaped": json.dumps(CANARY)[1:-1],
+    "base64 bearer": base64.b64encode(f"Bearer {CANARY}".encode()).decode(),
+    "base64 key": base64.b64encode(CANARY.encode()).decode(),
+    "reversed": CANARY[::-1],
+}
+
+SUITE = """
+import logging
+
+import pytest
+
+from pytest_laya import LayaConfigError
+
+Q = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+log = logging.getLogger("suite")
+
+
+def test_passes(laya_client):
+    decision = laya_client.decide("I was charged twice.", Q)
+    log.debug("decided %r with %r", decision, laya_client)
+    assert 0 <= decision["refund"].p <= 1
+
+
+def test_fails_and_prints_everything(laya_client, laya_server, laya_run):
+    decision = laya_client.decide("The app crashes on start.", Q)
+    assert False, f"deliberate: {laya_client!r} {laya_server!r} {laya_run!r} {decision!r} {decision.provenance!r}"
+
+
+def test_a_refused_key_is_a_config_error(laya_client):
+    try:
+        laya_client.decide("Where is my parcel?", Q)
+    except LayaConfigError as exc:
+        log.error("refused: %s (%r)", exc, exc)
+        raise
+"""
+
+
+def _run(pytester, monkeypatch, mode_args: list[str], name: str, *, env_key: bool):
+    report = pytester.path / f"{name}.json"
+    junit = pytester.path / f"{name}.xml"
+    logfile = pytester.path / f"{name}.log"
+    if env_key:
+        monkeypatch.setenv("LAYA_SERVED_API_KEY", CANARY)
+    else:
+        monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+        mode_args = [*mode_args, f"--laya-api-key={CANARY}"]
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:asyncio", "-rA", "-vv", "--showlocals", "--tb=long",
+        "--log-level=DEBUG", "--log-cli-level=DEBUG", f"--log-file={logfile}", "--log-file-level=DEBUG",
+        f"--junitxml={junit}", f"--laya-report={report}", *mode_args)
+    return result, report
+
+
+def _leaks(text: str) -> list[str]:
+    return [form for form, value in FORMS.items() if value in text]
+
+
+def _assert_nowhere(pytester, outputs: dict[str, str]) -> None:
+    found = {}
+    for name, text in outputs.items():
+        if _leaks(text):
+            found[name] = _leaks(text)
+    for path in Path(pytester.path).rglob("*"):
+        if path.is_file() and not path.name.startswith("test_") and path.suffix != ".pyc":
+            leaks = _leaks(path.read_bytes().decode("utf-8", "replace"))
+            if leaks:
+                found[str(path.relative_to(pytester.path))] = leaks
+    assert found == {}, f"the API key leaked into: {found}"
+
+
+def test_the_key_appears_in_no_output_of_record_replay_or_live_runs(pytester, monkeypatch):
+    pytester.makepyfile(test_suite=SUITE)
+    outputs: dict[str, str] = {}
+    with FakeLayaServer(api_key=CANARY) as accepting:
+        recorded, report = _run(pytester, monkeypatch, ["--laya-record", f"--laya-url={accepting.url}", "--laya-spec=target"],
+                                "record", env_key=True)
+        # The key reached the server: the secret was really in play.
+        assert sum(r.headers.get("authorization") == f"Bearer {CANARY}" for r in accepting.requests) >= 3
+    recorded.assert_outcomes(passed=2, failed=1)
+    outputs["record stdout"], outputs["record stderr"] = recorded.stdout.str(), recorded.stderr.str()
+    assert "deliberate:" in outputs["record stdout"] and "DEBUG" in outputs["record stdout"]
+    assert json.loads(report.read_text())["cassettes"]["recorded"] == 2
+
+    cassettes = sorted((pytester.path / "cassettes").rglob("*.yaml"))
+    assert len(cassettes) == 2  # the failing test's cassette was discarded
+    assert all("Bearer <redacted>" in c.read_text() for c in cassettes)
+
+    replayed, _ = _run(pytester, monkeypatch, ["--laya-spec=target"], "replay", env_key=False)
+    # The passing test replays; the other two never recorded a cassette (one failed, one was a
+    # 401 test that passed against the accepting server only because it was never refused).
+    replayed.assert_outcomes(passed=2, failed=1)
+    outputs["replay stdout"], outputs["replay stderr"] = replayed.stdout.str(), replayed.stderr.str()
+
+    with FakeLayaServer(api_key=CANARY + "-not-this-one") as refusing:
+        refused, _ = _run(pytester, monkeypatch, ["--laya-mode=live", f"--laya-url={refusing.url}", "--laya-spec=target"],
+                          "live", env_key=True)
+        assert any(r.headers.get("authorization") == f"Bearer {CANARY}" for r in refusing.requests)
+    refused.assert_outcomes(failed=3)
+    outputs["live stdout"], outputs["live stderr"] = refused.stdout.str(), refused.stderr.str()
+    assert "[unauthorized]" in outputs["live stdout"] and "refused:" in outputs["live stdout"]
+
+    _assert_nowhere(pytester, outputs)
+
+
+def test_the_search_would_find_a_leak(pytester):
+    # The grep itself can fail: a file holding the key in any of its forms is reported.
+    for form, value in FORMS.items():
+        assert form in _leaks(f"header: {value};")
+    (pytester.path / "leaky.log").write_text(f"Authorization: Bearer {CANARY}\n")
+    with pytest.raises(AssertionError, match="leaky.log"):
+        _assert_nowhere(pytester, {})
