@@ -22,12 +22,18 @@ SPECS = {"current": Spec.current, "target": Spec.target}
 class SpecViolationError(AssertionError):
     """A response broke the spec its server claims to implement."""
 
-    def __init__(self, exchange: Exchange, spec: str, violations: list[Violation]) -> None:
+    def __init__(self, exchange: Exchange, spec: str, violations: list[Violation], *,
+                 cassette: str | None = None) -> None:
         self.violations = violations
+        self.cassette = cassette
         listed = "\n".join(f"  {v}" for v in violations)
+        source = ""
+        if cassette:
+            source = (f"\nThe response was replayed from the cassette {cassette}: record it again with "
+                      f"--laya-record if the server changed, or fix the file if it was edited by hand.")
         super().__init__(
             f"{exchange.method} {exchange.path} -> {exchange.status} breaks the {spec} spec "
-            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}"
+            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}"
         )
 
 

@@ -100,6 +100,8 @@ class LayaRun:
     #: Cassette files tests used (resolved), plus those of tests skipped before reaching theirs.
     used_cassettes: set[Path] = field(default_factory=set)
     servers: dict[str, str] = field(default_factory=dict)
+    #: Which test (node id) uses each cassette file, so two tests never share one (per process).
+    cassette_owners: dict[Path, str] = field(default_factory=dict)
     conformance: Any = None
 
     def tracker(self) -> Any:
@@ -530,6 +532,12 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
     directory, relpath = _cassette_location(request.node, laya_run)
     path = _cassette_file(directory, relpath)
     _pytest_recording_clash(request, path)
+    owner = laya_run.cassette_owners.setdefault(path, request.node.nodeid)
+    if owner != request.node.nodeid:
+        pytest.fail(f"{request.node.nodeid} and {owner} both use the cassette {path}: recording would keep "
+                    f"only one test's interactions, and replay would leave the other's unplayed. Give each "
+                    f"test its own cassette (drop @pytest.mark.laya(cassette=...), or name another file).",
+                    pytrace=False)
     laya_run.used_cassettes.add(path)  # the test owns it, whatever happens to it below
     if laya_run.mode == "verify":
         yield from _verify_cassette(request, laya_run, laya_server, directory, relpath, path)
@@ -603,11 +611,12 @@ def _verify_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_ser
         pytest.fail(result.report(), pytrace=False)
 
 
-def spec_observer(laya_run: LayaRun, server: Any) -> Any:
+def spec_observer(laya_run: LayaRun, server: Any, cassette: Any = None) -> Any:
     """An ``on_exchange`` callback for a client talking to `server`, as the fixtures give theirs.
 
     Every response is checked against both specs and counted in the run's conformance table; one
-    that breaks the spec `server` claims raises `SpecViolationError`, failing the test. Suites
+    that breaks the spec `server` claims raises `SpecViolationError`, failing the test (naming
+    `cassette`, the `laya_cassette` handle, when the response was replayed from it). Suites
     built on the plugin (`pytest_laya.suites.server`) feed their own clients through it.
     """
     from .conformance import SpecViolationError
@@ -620,7 +629,9 @@ def spec_observer(laya_run: LayaRun, server: Any) -> Any:
     def observe(exchange: Any) -> None:
         violations = laya_run.tracker().check(exchange, server=label, claimed=server.spec)
         if violations:
-            raise SpecViolationError(exchange, server.spec, violations)
+            replayed = cassette is not None and not getattr(cassette, "record", True)
+            raise SpecViolationError(exchange, server.spec, violations,
+                                     cassette=str(cassette.path) if replayed else None)
 
     laya_run.servers.setdefault(label, server.spec)
     return observe
@@ -629,7 +640,7 @@ def spec_observer(laya_run: LayaRun, server: Any) -> Any:
 @pytest.fixture
 def laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Iterator[Any]:
     """A `ServedLayaClient` bound to `laya_server`; every response it sees is checked against the server's spec."""
-    with laya_server.client(on_exchange=spec_observer(laya_run, laya_server)) as client:
+    with laya_server.client(on_exchange=spec_observer(laya_run, laya_server, laya_cassette)) as client:
         yield client
 
 
@@ -639,7 +650,7 @@ def laya_model(laya_run: LayaRun, laya_server: Any, laya_cassette: Any) -> Itera
     from .models import ServedLayaModel
 
     model = ServedLayaModel(laya_server.url, name=f"served-laya ({laya_server.kind})", api_key=laya_server.api_key,
-                            model=laya_server.model, on_exchange=spec_observer(laya_run, laya_server))
+                            model=laya_server.model, on_exchange=spec_observer(laya_run, laya_server, laya_cassette))
     yield model
     model.close()
 
@@ -654,7 +665,7 @@ async def _async_laya_client(laya_run: LayaRun, laya_server: Any, laya_cassette:
     from .client import AsyncServedLayaClient
 
     async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model,
-                                     on_exchange=spec_observer(laya_run, laya_server)) as client:
+                                     on_exchange=spec_observer(laya_run, laya_server, laya_cassette)) as client:
         yield client
 
 

@@ -615,3 +615,15 @@ def test_the_clients_answer_rules_accept_every_fake_answer(server, clients, stat
     for answer in decision.answers.values():
         if isinstance(answer, Choice):
             assert answer.probabilities[answer.key] == max(answer.probabilities.values())
+
+
+@pytest.mark.parametrize("flavor", ["target", "laya-serve-0.4.15"])
+@pytest.mark.parametrize("levels", [700, 3000])
+def test_deeply_nested_bodies_are_answered_or_refused_never_crash(flavor, levels):
+    deep = "[" * levels + "]" * levels
+    body = '{"state": "x", "questions": {"q": {"type": "noul", "instructions": "?", "extra": %s}}}' % deep
+    with FakeLayaServer(flavor=flavor) as fake:
+        response = httpx.post(fake.url + "/v1/systemone", content=body, headers={"content-type": "application/json"})
+    assert response.status_code < 500, response.text
+    if flavor == "target":
+        assert response.status_code == 400 and response.json()["code"] == "malformed_request"

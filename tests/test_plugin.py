@@ -7,6 +7,7 @@ import json
 import httpcore  # noqa: F401
 import httpx  # noqa: F401
 import pytest
+import yaml
 import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
 
@@ -374,6 +375,31 @@ def test_replay_holds_responses_to_the_spec_their_cassette_was_recorded_under(py
     held_to_current = run(pytester, "--laya-spec=current")
     held_to_current.assert_outcomes(failed=1)
     held_to_current.stdout.fnmatch_lines(["*SpecViolationError*current*"])
+
+
+def test_a_replayed_response_that_breaks_the_spec_names_its_cassette(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    record(pytester, laya_serve_like)
+    path = pytester.path / "cassettes/test_it/test_refund.yaml"
+    data = cassette_data(path)
+    [decided] = [i for i in data["interactions"] if i["request"]["method"] == "POST"]
+    body = json.loads(decided["response"]["body"]["string"])
+    body["answers"]["refund"]["noul"] = 1.5  # a hand edit no server would send
+    decided["response"]["body"]["string"] = json.dumps(body)
+    path.write_text(yaml.safe_dump(data))
+    replayed = run(pytester)
+    replayed.assert_outcomes(failed=1)
+    replayed.stdout.fnmatch_lines(["*SpecViolationError*breaks the current spec*",
+                                   "*replayed from the cassette *test_refund.yaml: record it again with --laya-record*"])
+
+
+def test_two_tests_cannot_share_a_cassette(pytester, laya_serve_like):
+    shared = TEST_DECIDE.replace("def test_refund", "import pytest\n\n@pytest.mark.laya(cassette='shared.yaml')\ndef test_refund")
+    pytester.makepyfile(test_it=shared + shared.replace("def test_refund", "def test_refund_again").replace("import pytest\n", ""))
+    result = run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_it.py::test_refund_again and test_it.py::test_refund both use the cassette "
+                                 "*shared.yaml*Give each test its own cassette*"])
 
 
 # -- async -------------------------------------------------------------------------------
