@@ -45,7 +45,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from .problems import PROBLEM_STATUS, PROBLEM_TITLES
-from .target_requests import RequestRefusal, check_nesting, check_questions, request_states
+from .target_requests import (
+    RequestControls,
+    RequestRefusal,
+    check_nesting,
+    check_questions,
+    request_controls,
+    request_states,
+)
 from .faults import (
     DEFAULT_GARBAGE,
     Action,
@@ -231,6 +238,26 @@ def _certainty(order: list[str], exact: Mapping[str, float]) -> float:
 
 def _act_probability(top: float) -> float:
     return round(0.5 + 0.5 * top, 4)
+
+
+def _gate(answers: Mapping[str, dict[str, Any]], min_confidence: float | Mapping[str, float]) -> None:
+    """laya's abstention gate (``laya.confidence.apply_confidence_gate``) on the fake's answers.
+
+    Each answer's `answer_confidence` (else `confidence`) against the threshold, or against the
+    threshold of its option-count bucket (``choice:3-5``...; ``default``, then 0, for a bucket the
+    map does not name): `abstention`, `abstention_threshold`, and `low_confidence` when below.
+    """
+    for answer in answers.values():
+        threshold = min_confidence
+        if isinstance(min_confidence, Mapping):
+            options = len(answer.get("probabilities") or ()) or 2
+            size = "2" if options <= 2 else "3-5" if options <= 5 else "6-10" if options <= 10 else "11+"
+            threshold = min_confidence.get(f"{answer['type']}:{size}", min_confidence.get("default", 0.0))
+        confidence = answer.get("answer_confidence", answer["confidence"])
+        if confidence < threshold:
+            answer["low_confidence"] = True
+        answer["abstention"] = "abstained" if confidence < threshold else "passed"
+        answer["abstention_threshold"] = float(threshold)
 
 
 # --------------------------------------------------------------------------- refusals
@@ -470,12 +497,16 @@ class FakeLaya:
         if self.flavor == TARGET:
             rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
         try:
+            controls = RequestControls()
             if self.flavor == TARGET:
-                states, questions, explicit = self._target_request(body, batch=batch)
+                states, questions, explicit, controls = self._target_request(body, batch=batch)
             else:
                 states, questions, explicit = self._laya_serve_request(body, batch=batch)
             started = time.perf_counter()
             results = [self.decide(state, questions) for state in states]
+            if controls.min_confidence is not None:
+                for answers, _ in results:
+                    _gate(answers, controls.min_confidence)
             infer_ms = (time.perf_counter() - started) * 1000.0
         except _Refusal as refusal:
             return self._render(refusal, rid)
@@ -510,7 +541,7 @@ class FakeLaya:
 
     # -- target validation: the reference server's order and words --------------------------
 
-    def _target_request(self, body: Any, *, batch: bool) -> tuple[list[Any], dict[str, Any], bool]:
+    def _target_request(self, body: Any, *, batch: bool) -> tuple[list[Any], dict[str, Any], bool, RequestControls]:
         if not isinstance(body, Mapping):
             raise _Refusal("malformed_request", "request body must be a JSON object")
         try:
@@ -525,9 +556,12 @@ class FakeLaya:
         try:
             states = request_states(body, self.limits, batch=batch)
             questions = check_questions(body, self.limits)
+            # Accepted and refused as the reference server does. `max_len` / `head_max_len` have
+            # no effect here: the fake has no token window and never cuts (docs/fake.md).
+            controls = request_controls(body)
         except RequestRefusal as refusal:
             raise _Refusal(refusal.code, refusal.detail, errors=refusal.errors) from None
-        return states, questions, model is not None
+        return states, questions, model is not None, controls
 
     # -- laya-serve validation: its order, its words, the first problem only ------------------
 

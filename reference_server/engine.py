@@ -121,6 +121,11 @@ class ModelIdentity:
 class DecisionRequest:
     state: Any                                  # str | dict | list, already validated
     questions: Mapping[str, Mapping[str, Any]]  # Jev wire question dicts, already validated
+    # laya's per-call controls, already validated (None: the checkpoint's own). laya-serve 0.4.15
+    # hands them to ``Router.predict``; here they reach ``Router.predict_batch`` the same way.
+    max_len: Optional[int] = None               # token window of the whole sequence
+    head_max_len: Optional[int] = None          # the question's part of it
+    min_confidence: Union[float, Mapping[str, float], None] = None  # abstention gate
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,16 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def _laya_item(request: DecisionRequest, key: str) -> Dict[str, Any]:
+    """One ``Router.predict_batch`` request; token windows only when set, as laya-serve passes them."""
+    item: Dict[str, Any] = {"state": request.state, "questions": _plain_questions(request.questions), "model": key}
+    if request.max_len is not None:
+        item["max_len"] = request.max_len
+    if request.head_max_len is not None:
+        item["head_max_len"] = request.head_max_len
+    return item
 
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -370,11 +385,18 @@ class LayaEngine:
             raise RuntimeError("engine is not loaded" if not self._closed else "engine is closed")
         if not requests:
             return []
-        items = [{"state": r.state, "questions": _plain_questions(r.questions), "model": conf.key}
-                 for r in requests]
+        items = [_laya_item(r, conf.key) for r in requests]
         results = router.predict_batch(items)
         if len(results) != len(items):  # laya checks this itself; never hand out misaligned answers
             raise RuntimeError("laya returned %d results for %d requests" % (len(results), len(items)))
+        if any(r.min_confidence is not None for r in requests):
+            from laya.confidence import apply_confidence_gate
+
+            for request, result in zip(requests, results):
+                # What Router.predict does with laya-serve's `min_confidence`, one request at a
+                # time: a batch mixes requests with different thresholds or none.
+                threshold = request.min_confidence
+                apply_confidence_gate([result], dict(threshold) if isinstance(threshold, Mapping) else threshold)
         return [self._result(r) for r in results]
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """From request bytes to `DecisionRequest`s, or a `Problem` that names everything wrong.
 
-JSON first (here), then the target spec's shape, size and per-question checks, which live in
-`pytest_laya.target_requests` so the fake refuses the same bodies in the same words.
+JSON first (here), then the target spec's shape, size and per-question checks and laya's request
+controls, which live in `pytest_laya.target_requests` so the fake refuses the same bodies in the
+same words.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_laya.target_requests import RequestRefusal, check_nesting, check_questions, request_states
+from pytest_laya.target_requests import (
+    RequestRefusal,
+    check_nesting,
+    check_questions,
+    request_controls,
+    request_states,
+)
 
 from .engine import DecisionRequest
 from .problems import Problem
@@ -74,11 +81,14 @@ def requested_model(body: Mapping[str, Any], served: list[str]) -> str | None:
 
 
 def decision_requests(body: Mapping[str, Any], limits: Limits, *, batch: bool) -> list[DecisionRequest]:
-    """The requests one body asks for: one, or one per state of a batch."""
+    """The requests one body asks for: one, or one per state of a batch, each with its controls."""
     bounds = limits.to_json()
     try:
         states = request_states(body, bounds, batch=batch)
         questions = check_questions(body, bounds)
+        controls = request_controls(body)
     except RequestRefusal as refusal:
         raise Problem(refusal.code, refusal.detail, errors=refusal.errors) from None
-    return [DecisionRequest(state=state, questions=questions) for state in states]
+    return [DecisionRequest(state=state, questions=questions, max_len=controls.max_len,
+                            head_max_len=controls.head_max_len, min_confidence=controls.min_confidence)
+            for state in states]
