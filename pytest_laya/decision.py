@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from .errors import LayaCallError
-from .questions import AskedQuestion
+from .questions import AskedQuestion, option_key
 
 __all__ = [
     "SUM_TOLERANCE",
@@ -182,6 +182,10 @@ def _parse_one(asked: AskedQuestion, raw: Any) -> Answer:
     probs = _distribution(qid, raw.get("probabilities"), asked.option_keys)
     if asked.type == "choice":
         key = raw.get("choice")
+        if type(key) is not str and isinstance(key, (int, float)) and option_key(key) in asked.label_keys:
+            # laya (in process and laya-serve 0.4.15) answers a number or boolean list label with
+            # the label itself, 7 or true, while keying its probabilities "7" and "true".
+            key = option_key(key)
         if key not in probs:
             raise _bad(f"answer {qid!r}: choice {key!r} is not among the options {list(asked.option_keys)}")
         return Choice(key=key, probabilities=probs, confidence=confidence)

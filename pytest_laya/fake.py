@@ -348,6 +348,14 @@ class FakeLaya:
         probabilities = {key: sent[key] for key in scores}  # request order, as laya answers
         if qtype == "choice":
             answer = {"type": "choice", "choice": order[0], "probabilities": probabilities}
+            criteria = question.get("criteria")
+            if laya_serve and isinstance(criteria, list):
+                # laya-serve answers a number or boolean list label with the label itself (8,
+                # true) while keying probabilities "8", "true"; the target sends the key.
+                labels: dict[str, Any] = {}
+                for label in criteria:
+                    labels.setdefault(_json_key(label), label)
+                answer["choice"] = labels[order[0]]
         else:
             expected = round(math.fsum(int(key) * p for key, p in probabilities.items()), 4)
             legend = {str(i): level if isinstance(level, str) else _canonical(level)

@@ -26,6 +26,7 @@ __all__ = [
     "AskedQuestion",
     "normalize_question",
     "normalize_questions",
+    "option_key",
 ]
 
 QuestionType = Literal["choice", "score", "noul"]
@@ -84,19 +85,27 @@ class AskedQuestion:
     option_keys: tuple[str, ...]
     # score only: level index -> description, for answers that carry no legend.
     legend: Mapping[int, str]
+    # choice only: the keys of list labels that are numbers or booleans (criteria [7, true] ->
+    # {"7", "true"}). laya keys their probabilities "7" but answers `choice` with the label
+    # itself (7), and the answer rules accept that for these keys only.
+    label_keys: frozenset[str] = frozenset()
 
 
-def _json_key(label: Any) -> str:
-    # A list label becomes a dict key on the server, and JSON spells keys its own way
-    # (True -> "true", 1.0 -> "1.0"); ask json itself rather than guess.
-    return next(iter(json.loads(json.dumps({label: 0}))))
+def option_key(label: Any) -> str:
+    """The key an option is answered under: a string label as it is, any other in JSON's spelling.
+
+    A list label becomes a dict key on the server, and JSON spells keys its own way
+    (7 -> "7", True -> "true", 1.0 -> "1.0"); ask json itself rather than guess.
+    """
+    return label if type(label) is str else next(iter(json.loads(json.dumps({label: 0}))))
 
 
 def _fail(qid: str, what: str) -> LayaConfigError:
     return LayaConfigError(f"question {qid!r}: {what}", code="invalid_question")
 
 
-def _choice_keys(qid: str, crit: Any) -> tuple[str, ...]:
+def _choice_keys(qid: str, crit: Any) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The option keys, and those of them that came from number or boolean list labels."""
     if isinstance(crit, Mapping):
         labels = list(crit.keys())
     elif isinstance(crit, Sequence) and not isinstance(crit, (str, bytes)):
@@ -109,11 +118,14 @@ def _choice_keys(qid: str, crit: Any) -> tuple[str, ...]:
     for i, label in enumerate(labels):
         if label is None or not isinstance(label, (str, int, float, bool)):
             raise _fail(qid, f"option {i} must be a string, number or bool, got {label!r}")
-        key = label if type(label) is str else _json_key(label)
+        key = option_key(label)
         if key in seen:
             raise _fail(qid, f"option {i} ({label!r}) repeats option {seen[key]}; every option needs its own key")
         seen[key] = i
-    return tuple(seen)
+    # A mapping's keys reach the server as JSON object keys, strings, so only a list keeps a
+    # number or a boolean as such.
+    labels_kept = not isinstance(crit, Mapping)
+    return tuple(seen), frozenset(option_key(label) for label in labels if labels_kept and type(label) is not str)
 
 
 def normalize_question(qid: Any, spec: QuestionSpec) -> AskedQuestion:
@@ -132,8 +144,9 @@ def normalize_question(qid: Any, spec: QuestionSpec) -> AskedQuestion:
         raise _fail(qid, "'instructions' must be given and not empty")
     crit = wire.get("criteria")
     legend: dict[int, str] = {}
+    label_keys: frozenset[str] = frozenset()
     if qtype == "choice":
-        keys = _choice_keys(qid, crit)
+        keys, label_keys = _choice_keys(qid, crit)
     elif qtype == "score":
         if not isinstance(crit, Sequence) or isinstance(crit, (str, bytes)) or not crit:
             raise _fail(qid, "a score question takes 'criteria' as a non-empty list of level descriptions, index 0 first")
@@ -146,7 +159,7 @@ def normalize_question(qid: Any, spec: QuestionSpec) -> AskedQuestion:
             if not isinstance(crit, Mapping) or not {str(k).lower() for k in crit} <= {"true", "false"}:
                 raise _fail(qid, "a noul question takes 'criteria' keyed only 'true'/'false', or none")
         keys = ()
-    return AskedQuestion(id=qid, type=qtype, wire=wire, option_keys=keys, legend=legend)
+    return AskedQuestion(id=qid, type=qtype, wire=wire, option_keys=keys, legend=legend, label_keys=label_keys)
 
 
 def normalize_questions(questions: Questions) -> dict[str, AskedQuestion]:

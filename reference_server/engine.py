@@ -74,6 +74,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
+from pytest_laya.questions import option_key
+
 __all__ = [
     "DecisionRequest",
     "DecisionResult",
@@ -199,6 +201,27 @@ def _laya_item(request: DecisionRequest, key: str) -> Dict[str, Any]:
     if request.head_max_len is not None:
         item["head_max_len"] = request.head_max_len
     return item
+
+
+def _string_keyed(answer: Dict[str, Any]) -> Dict[str, Any]:
+    """A choice answer with `choice` and its probability keys as strings, as the target spec has them.
+
+    laya answers a list label that is a number or a boolean (criteria [7, 8]) with the label
+    itself, ``choice: 7``, while its probabilities, once JSON, are keyed ``"7"``: one spelling
+    for both, the key's (``pytest_laya.questions.option_key``).
+    """
+    if answer.get("type") != "choice":
+        return answer
+    probabilities = answer.get("probabilities")
+    choice = answer.get("choice")
+    if type(choice) is str and (not isinstance(probabilities, dict) or all(type(k) is str for k in probabilities)):
+        return answer
+    out = dict(answer)
+    if choice is not None:
+        out["choice"] = option_key(choice)
+    if isinstance(probabilities, dict):
+        out["probabilities"] = {option_key(k): p for k, p in probabilities.items()}
+    return out
 
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -443,7 +466,7 @@ class LayaEngine:
         )
 
     def _result(self, result: Mapping[str, Any]) -> DecisionResult:
-        answers = result["answers"]
+        answers = {qid: _string_keyed(a) if isinstance(a, dict) else a for qid, a in result["answers"].items()}
         if self._jev:
             from laya.confidence import jev_confidence
 

@@ -279,6 +279,7 @@ NOUL = {"type": "noul", "instructions": "Refund?"}
     ("/v1/systemone", {"state": "x", "questions": {"q": NOUL}, "min_confidence": {"choice:7": 0.5}}, {"invalid_request"}),
     ("/v1/systemone", {"state": "x", "questions": {"q": NOUL}, "min_confidence": True}, {"invalid_request"}),
     ("/v1/systemone/batch", {"states": ["a"], "questions": {"q": NOUL}, "lang": "de"}, {"invalid_request"}),
+    ("/v1/systemone", {"state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": [7, True, 1.5]}}}, set()),
 ])
 def test_the_oracle_explains_each_defect_and_nothing_else(path, body, codes):
     assert expected_codes(path, json.dumps(body).encode(), "application/json") == codes
