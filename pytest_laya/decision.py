@@ -88,7 +88,8 @@ class ServedIdentity:
     """Which weights answered: checkpoint, revision, and how they ran.
 
     `source` says where the kit learnt it: ``served_by`` (the response itself), ``health``
-    (the server's /health entry for the routed model) or ``routing`` (only the repo is known).
+    (the server's /health entry for the routed model), ``routing`` (only the repo is known) or
+    ``in_process`` (the weights answered in this process: `pytest_laya.models.LayaModel`).
     """
 
     checkpoint: str
