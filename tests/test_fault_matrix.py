@@ -297,7 +297,7 @@ def test_an_unhandled_fault_fails_the_test_with_its_code(laya_client, laya_fake_
 
 def test_the_plugin_surfaces_each_fault_as_the_documented_error(pytester):
     pytester.makeconftest(PLUGIN_CONFTEST)
-    pytester.makepyfile(test_faults=PLUGIN_TESTS)
+    pytester.makepyfile(test_plugin_fault_cases=PLUGIN_TESTS)
     result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "--laya-mode=fake")
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(["*LayaCallError*the server failed to answer*HTTP 500*[[]server_error[]]*"])
