@@ -54,6 +54,7 @@ __all__ = [
     "use_cassette",
     "cassette_relpath",
     "canonical_body",
+    "match_key",
     "RECORD_HINT",
     "RECORDED_ORIGIN",
     "RECORDED_REQUEST_ID",
@@ -289,8 +290,9 @@ def _summary(body: bytes) -> str:
     return _show(parsed, _SHOW_BODY)
 
 
-def _match_key(request: Any) -> tuple[Any, ...]:
-    """What matching compares (vcrpy's method, path and query matchers, then the canonical body)."""
+def match_key(request: Any) -> tuple[Any, ...]:
+    """What matching compares (vcrpy's method, path and query matchers, then the canonical body);
+    never headers. Replay and verify both pair requests by it."""
     return (request.method, request.path, tuple(request.query), _request_body(request))
 
 
@@ -747,9 +749,9 @@ def _classes() -> tuple[type, type]:
                 if self._laya_indexed > len(data):  # pragma: no cover - vcrpy never shrinks data
                     self._laya_index, self._laya_indexed = {}, 0
                 for i in range(self._laya_indexed, len(data)):
-                    self._laya_index.setdefault(_match_key(data[i][0]), []).append(i)
+                    self._laya_index.setdefault(match_key(data[i][0]), []).append(i)
                 self._laya_indexed = len(data)
-            return self._laya_index.get(_match_key(filtered), [])
+            return self._laya_index.get(match_key(filtered), [])
 
         def can_play_response_for(self, request: Any) -> bool:
             if self.record_mode != RecordMode.NONE:

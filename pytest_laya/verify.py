@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cassettes import canonical_body
+from .cassettes import _pointer, match_key
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -132,11 +132,6 @@ def _describe(request: Any) -> str:
     return f"{request.method} {request.path or '/'}" + (f"?{query}" if query else "")
 
 
-def _match_key(request: Any) -> tuple[Any, ...]:
-    """The cassette matching rule: method, path, sorted query, canonical body (never headers)."""
-    return (request.method, request.path or "/", tuple(request.query), canonical_body(request.body))
-
-
 def _status(response: Mapping[str, Any]) -> tuple[Any, str]:
     status = response.get("status") or {}
     return status.get("code"), str(status.get("message") or "")
@@ -164,10 +159,6 @@ def _show(value: Any) -> str:
         return "absent"
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= _SHOW else text[: _SHOW - 1] + "…"
-
-
-def _pointer(parent: str, key: Any) -> str:
-    return parent + "/" + str(key).replace("~", "~0").replace("/", "~1")
 
 
 def _is_number(value: Any) -> bool:
@@ -244,11 +235,11 @@ def verify_interactions(recorded: Sequence[tuple[Any, Mapping[str, Any]]],
         return CassetteVerification(path=path, rerecord=rerecord, server=server, tolerance=tolerance, missing=True)
     free: dict[tuple[Any, ...], list[int]] = {}
     for index, (request, _) in enumerate(recorded):
-        free.setdefault(_match_key(request), []).append(index)
+        free.setdefault(match_key(request), []).append(index)
     verdicts: dict[int, InteractionCheck] = {}
     unrecorded: list[InteractionCheck] = []
     for request, response in live:
-        slots = free.get(_match_key(request))
+        slots = free.get(match_key(request))
         if not slots:
             unrecorded.append(InteractionCheck(
                 None, _describe(request), ("the cassette has no recorded interaction for this request",),

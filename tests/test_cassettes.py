@@ -589,7 +589,7 @@ def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
     from vcr import matchers
     from vcr.request import Request
 
-    from pytest_laya.cassettes import _laya_body_matcher, _match_key
+    from pytest_laya.cassettes import _laya_body_matcher, match_key
 
     bodies = [b'{"a": 1, "b": [1, 2]}', b'{"b":[1,2],"a":1}', b'{"a": 1.0, "b": [1, 2]}', b'{"a": "\\u00e9"}',
               '{"a": "é"}'.encode(), b"not json", b"not  json", b"", None]
@@ -599,7 +599,7 @@ def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
     functions = (matchers.method, matchers.path, matchers.query, _laya_body_matcher)
     for one in requests:
         for other in requests:
-            assert (_match_key(one) == _match_key(other)) == matchers.requests_match(one, other, functions), (one, other)
+            assert (match_key(one) == match_key(other)) == matchers.requests_match(one, other, functions), (one, other)
 
 
 def test_a_long_cassette_replays_every_interaction_in_any_order(tmp_path):
