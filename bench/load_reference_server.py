@@ -24,7 +24,8 @@ Every phase is bounded by time and the script stops the server when it ends. Pha
   ``--hostile-rounds`` times (default 2) before the slowloris one: equal RSS after each settle
   means what stays above idle is kept (caches), not leaked.
 
-Throughout, ``/livez`` is read every ``--livez-interval`` s on a fresh connection. Every
+Throughout, ``/livez`` is read every ``--livez-interval`` s on a fresh connection, by a
+separate process (so the load generator's own event-loop lag is not counted as the server's). Every
 response is held to ``Spec.target()``; a violation, a transport error, or a status/code outside
 a request's expected outcomes counts as an error, and the script exits 1 if any happened.
 
@@ -162,6 +163,8 @@ class Phase:
     latencies: list[float] = field(default_factory=list)  # seconds, 200s of normal clients
     livez: list[float] = field(default_factory=list)
     livez_failures: int = 0
+    started: float = 0.0  # monotonic, shared with the probe process on Linux
+    ended: float = 0.0
     errors: list[str] = field(default_factory=list)
     rss_mib: float = 0.0
     hwm_mib: float = 0.0
@@ -222,22 +225,55 @@ def memory_mib(pid: int) -> tuple[float, float]:
 
 # -- the traffic -------------------------------------------------------------------------------
 
-async def livez_probe(port: int, phase: Phase, interval_s: float, until: float) -> None:
-    while time.monotonic() < until:
+def probe_livez_forever(port: int, interval_s: float) -> None:
+    """Read /livez every `interval_s` s, printing `started latency ok` lines until killed.
+
+    Runs in its own process (`--livez-probe PORT`): in the load generator's event loop, the
+    probe also measured that loop's lag behind hundreds of hostile replies, not the server's.
+    It stops by itself once the script that started it is gone.
+    """
+    import socket
+
+    parent = os.getppid()
+    request = f"GET /livez HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode()
+    while os.getppid() == parent:
         started = time.monotonic()
-        writer = None
+        ok = False
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), 10)
-            writer.write(f"GET /livez HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
-            reply = await asyncio.wait_for(read_reply(reader), 10)
-            if reply.status != 200:
-                phase.livez_failures += 1
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-            phase.livez_failures += 1
-        finally:
-            await close(writer)
-        phase.livez.append(time.monotonic() - started)
-        await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+            with socket.create_connection((HOST, port), timeout=10) as sock:
+                sock.sendall(request)
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            ok = reply.startswith(b"HTTP/1.1 200 ")
+        except OSError:
+            pass
+        print(f"{started} {time.monotonic() - started} {int(ok)}", flush=True)
+        time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+class LivezProbe:
+    """`probe_livez_forever` in a subprocess; `samples()` stops it and returns what it read."""
+
+    def __init__(self, port: int, interval_s: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--livez-probe", str(port),
+                                      "--livez-interval", str(interval_s)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+
+    def samples(self) -> list[tuple[float, float, bool]]:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=15)
+        rows = [line.split() for line in out.splitlines()]
+        return [(float(row[0]), float(row[1]), row[2] == "1") for row in rows if len(row) == 3]  # the last may be cut
+
+    @staticmethod
+    def assign(samples: list[tuple[float, float, bool]], phases: list["Phase"]) -> None:
+        for started, latency, ok in samples:
+            for phase in phases:
+                if phase.started <= started < phase.ended:
+                    phase.livez.append(latency)
+                    phase.livez_failures += not ok
+                    break
 
 
 async def normal_client(port: int, phase: Phase, index: int, until: float) -> None:
@@ -327,17 +363,18 @@ async def vanishing_client(port: int, phase: Phase, until: float) -> None:
 
 
 async def run_phase(phase: Phase, port: int, pid: int, seconds: float, *, clients: int, hostile: bool,
-                    drips: int, livez_interval_s: float) -> Phase:
-    started = time.monotonic()
+                    drips: int) -> Phase:
+    phase.started = started = time.monotonic()
     until = started + seconds
-    tasks = [livez_probe(port, phase, livez_interval_s, until)]
+    tasks = [asyncio.sleep(seconds)]  # a settle phase has nothing else to wait for
     tasks += [normal_client(port, phase, i, until) for i in range(clients)]
     tasks += [drip_client(port, phase, until) for _ in range(drips)]
     if hostile:
         tasks += [big_body_sender(port, phase, until), big_body_sender(port, phase, until),
                   vanishing_client(port, phase, until)]
     await asyncio.gather(*tasks)
-    phase.seconds = time.monotonic() - started
+    phase.ended = time.monotonic()
+    phase.seconds = phase.ended - started
     phase.rss_mib, phase.hwm_mib = memory_mib(pid)
     return phase
 
@@ -395,6 +432,23 @@ async def warm_up(port: int, phase: Phase) -> None:
         await close(writer)
 
 
+async def run_phases(args: argparse.Namespace, port: int, pid: int, phases: list[Phase]) -> None:
+    for clients in args.clients:
+        phases.append(await run_phase(Phase(f"load c={clients}"), port, pid, args.duration,
+                                      clients=clients, hostile=False, drips=0))
+    for round_no in range(1, args.hostile_rounds + 1):
+        phases.append(await run_phase(Phase(f"hostile c={args.max_concurrent} #{round_no}"), port, pid,
+                                      args.hostile_duration, clients=args.max_concurrent, hostile=True,
+                                      drips=1))
+        phases.append(await run_phase(Phase(f"settle #{round_no}"), port, pid, args.settle, clients=0,
+                                      hostile=False, drips=0))
+    phases.append(await run_phase(Phase(f"slowloris c={args.max_concurrent}+{args.drips}"), port, pid,
+                                  args.slowloris_duration, clients=args.max_concurrent, hostile=False,
+                                  drips=args.drips))
+    phases.append(await run_phase(Phase("settle"), port, pid, args.settle, clients=0, hostile=False,
+                                  drips=0))
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     Spec.target()  # load once, before anything is timed
     phases: list[Phase] = []
@@ -405,21 +459,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(1.0)
         idle.rss_mib, idle.hwm_mib = memory_mib(pid)
         phases.append(idle)
-        for clients in args.clients:
-            phases.append(await run_phase(Phase(f"load c={clients}"), server.port, pid, args.duration,
-                                          clients=clients, hostile=False, drips=0,
-                                          livez_interval_s=args.livez_interval))
-        for round_no in range(1, args.hostile_rounds + 1):
-            phases.append(await run_phase(Phase(f"hostile c={args.max_concurrent} #{round_no}"), server.port, pid,
-                                          args.hostile_duration, clients=args.max_concurrent, hostile=True,
-                                          drips=1, livez_interval_s=args.livez_interval))
-            phases.append(await run_phase(Phase(f"settle #{round_no}"), server.port, pid, args.settle, clients=0,
-                                          hostile=False, drips=0, livez_interval_s=args.livez_interval))
-        phases.append(await run_phase(Phase(f"slowloris c={args.max_concurrent}+{args.drips}"), server.port, pid,
-                                      args.slowloris_duration, clients=args.max_concurrent, hostile=False,
-                                      drips=args.drips, livez_interval_s=args.livez_interval))
-        phases.append(await run_phase(Phase("settle"), server.port, pid, args.settle, clients=0, hostile=False,
-                                      drips=0, livez_interval_s=args.livez_interval))
+        probe = LivezProbe(server.port, args.livez_interval)
+        try:
+            await asyncio.sleep(0.5)  # let the probe's interpreter start before the first phase
+            await run_phases(args, server.port, pid, phases)
+        finally:
+            LivezProbe.assign(probe.samples(), phases)
         log_errors = [line for line in server.text().splitlines() if "Traceback" in line or "ERROR" in line]
     summaries = [p.summary() for p in phases]
     rss_idle, rss_after = phases[0].rss_mib, phases[-1].rss_mib
@@ -466,7 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before the last RSS reading")
     parser.add_argument("--livez-interval", type=float, default=0.05)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--livez-probe", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.livez_probe:
+        probe_livez_forever(args.livez_probe, args.livez_interval)
+        return 0
     if args.max_concurrent < 1:
         parser.error("--max-concurrent must be at least 1")
     args.clients = ([int(c) for c in args.clients.split(",")] if args.clients

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .heap import cap_malloc_arenas, freeze_loaded_objects
+
+    cap_malloc_arenas()  # before any thread exists; see reference_server.heap
     parser = _parser()
     args = parser.parse_args(argv)
     from .tiny_checkpoint import embedded_checkpoint_dir
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://{shown}:{port}"
 
     def announce() -> None:
+        freeze_loaded_objects()
         print(f"laya-reference-server ready at {url}", flush=True)
 
     try:
