@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long an idle server's first request waits for company (default 0: under load, "
                         "requests that queue while a pass runs share the next one anyway)")
+    p.add_argument("--passes", type=int, default=2,
+                   help="batches run at once, each on its own thread; the automatic torch thread count "
+                        "is shared among them (default 2)")
     p.add_argument("--show-checkpoint", action="store_true", help="print the embedded checkpoint's directory and exit")
     return p
 
@@ -60,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.show_checkpoint:
         print(embedded_checkpoint_dir())
         return 0
-    for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch)):
+    for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch),
+                        ("--passes", args.passes)):
         if value < 1:
             parser.error(f"{name} must be at least 1")
     if args.batch_window_ms < 0 or not 0 <= args.port <= 65535:
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     api_key = args.api_key or os.environ.get("LAYA_API_KEY") or None
     settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                              batch_window_ms=args.batch_window_ms)
+                              batch_window_ms=args.batch_window_ms, passes=args.passes)
 
     import uvicorn
 
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"laya-reference-server ready at {url}", flush=True)
 
     try:
-        engine = LayaEngine(checkpoints, device=args.device)
+        engine = LayaEngine(checkpoints, device=args.device, passes=args.passes)
     except ValueError as exc:  # a name laya cannot register (it lower-cases and resolves aliases)
         sock.close()
         parser.error(f"--checkpoint: {exc}")

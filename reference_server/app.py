@@ -344,7 +344,8 @@ def create_app(
         loop = asyncio.get_running_loop()
         loader = server.load_in_background(loop)
         server.batcher = MicroBatcher(engine, max_batch=server.settings.max_batch,
-                                      window_ms=server.settings.batch_window_ms)
+                                      window_ms=server.settings.batch_window_ms,
+                                      passes=server.settings.passes)
         try:
             yield
         finally:

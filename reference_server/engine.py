@@ -44,13 +44,14 @@ Every batched answer equals its single answer exactly (max abs diff 0.0).
 
 Threads
 -------
-Predictions run on one worker thread (the batcher's); ``load()`` may run on another thread before
-serving. torch's intra-op pool defaults to every core, which on a small box competes with the
-event loop that must keep answering ``/livez`` while a batch runs. ``load()`` therefore sets
-``torch.set_num_threads`` (process-wide, and this engine is meant to own its process) as follows:
-an explicit ``threads=N`` wins; ``threads=0`` leaves torch alone; otherwise ``LAYA_THREADS`` (the
-same knob laya-serve honours) if set; otherwise, when ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` are
-unset, one core fewer than the process may use (at least one), never more than torch's default.
+Predictions run on the batcher's worker threads, ``passes`` of them at once; ``load()`` may run on
+another thread before serving. torch's intra-op pool defaults to every core, which on a small box
+competes with the event loop that must keep answering ``/livez`` while a batch runs. ``load()``
+therefore sets ``torch.set_num_threads`` (process-wide, and this engine is meant to own its
+process) as follows: an explicit ``threads=N`` wins; ``threads=0`` leaves torch alone; otherwise
+``LAYA_THREADS`` (the same knob laya-serve honours) if set; otherwise, when
+``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` are unset, one core fewer than the process may use, shared
+among the ``passes`` (at least one each), never more than torch's default.
 Inter-op threads are left alone (torch refuses to change them once any parallel work has run).
 
 Offline
@@ -241,7 +242,7 @@ def _router_key(name: str) -> str:
     return key
 
 
-def _auto_threads(torch_default: int) -> Optional[int]:
+def _auto_threads(torch_default: int, passes: int = 1) -> Optional[int]:
     """The intra-op thread count ``load()`` applies when none was asked for, or None to leave it."""
     raw = os.environ.get("LAYA_THREADS", "").strip()
     if raw:
@@ -257,7 +258,7 @@ def _auto_threads(torch_default: int) -> Optional[int]:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(torch_default, cpus - 1))
+    return max(1, min(torch_default, (cpus - 1) // max(1, passes)))
 
 
 @dataclass
@@ -281,6 +282,7 @@ class LayaEngine:
         threads: Optional[int] = None,
         revisions: Optional[Mapping[str, str]] = None,
         jev_confidence: bool = True,
+        passes: int = 1,
     ) -> None:
         """``checkpoints`` maps a served name to a local checkpoint directory, a hub repo id, or a
         laya registry name (``english``, ``multilingual``, ``typed-decisions`` and their aliases).
@@ -289,12 +291,15 @@ class LayaEngine:
         ``revisions``: optional hub revision pins per served name (ignored for local dirs).
         ``jev_confidence``: add ``x_jev_confidence`` to choice and score answers, as laya-serve
         does on its wire (its default, non-strict mode).
+        ``passes``: how many ``predict`` calls will run at once (the batcher's); the automatic
+        thread count shares the spare cores among them.
         """
         if not checkpoints:
             raise ValueError("at least one checkpoint must be configured")
         self._device = device
         self._compile = bool(compile)
         self._threads_arg = threads
+        self._passes = int(passes)
         self._jev = bool(jev_confidence)
         self._revisions = dict(revisions or {})
         self._configured: Dict[str, _Configured] = {}
@@ -439,7 +444,7 @@ class LayaEngine:
         import torch
 
         if self._threads_arg is None:
-            wanted = _auto_threads(torch.get_num_threads())
+            wanted = _auto_threads(torch.get_num_threads(), self._passes)
         else:
             wanted = int(self._threads_arg) if int(self._threads_arg) > 0 else None
         if wanted is not None and torch.get_num_threads() != wanted:

@@ -37,6 +37,8 @@ class ServerSettings:
     max_concurrent: int = 16
     max_batch: int = 16
     batch_window_ms: float = 0.0
+    # Batches run at once, each on its own thread (reference_server.batching says why two).
+    passes: int = 2
     # Seconds a request may take to deliver its body before a 408 frees its admission slot.
     body_timeout_s: float = 10.0
     retry_after_s: int = 1

@@ -252,6 +252,11 @@ def test_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     cpus = len(__import__("os").sched_getaffinity(0))
     assert _auto_threads(64) == max(1, cpus - 1)  # leave a core to the event loop
     assert _auto_threads(1) == 1
+    # Passes running at once share the spare cores, one thread each at least.
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(9)))
+    assert _auto_threads(64, passes=2) == 4 and _auto_threads(64, passes=1) == 8
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert _auto_threads(64, passes=2) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert _auto_threads(8) is None  # the operator decided; torch already honours it
     monkeypatch.setenv("LAYA_THREADS", "5")
@@ -372,6 +377,40 @@ async def test_concurrent_submits_share_batches(engine: LayaEngine,
         assert t.batch_size in counting.calls and t.batch_size > 1
         assert t.queue_ms >= 0 and t.infer_ms > 0
         assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+
+
+async def test_passes_run_batches_at_once_and_never_more(engine: LayaEngine,
+                                                         singles: List[DecisionResult]) -> None:
+    counting = Counting(engine, delay=0.3)
+    overlap = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    real_predict = counting.predict
+
+    def predict(model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+        with lock:
+            overlap["now"] += 1
+            overlap["most"] = max(overlap["most"], overlap["now"])
+        try:
+            return real_predict(model, requests)
+        finally:
+            with lock:
+                overlap["now"] -= 1
+
+    counting.predict = predict  # type: ignore[method-assign]
+    batcher = MicroBatcher(counting, max_batch=2, window_ms=0, passes=2)
+    assert batcher.passes == 2
+    picks = [i % len(PARITY_CASES) for i in range(8)]
+    timed = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i])) for i in picks))
+    await batcher.aclose()
+    assert overlap["most"] == 2, overlap  # two at once, never three
+    assert sum(counting.calls) == 8 and len(set(counting.threads)) == 2
+    for i, t in zip(picks, timed):
+        assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+
+
+def test_passes_below_one_are_refused(engine: LayaEngine) -> None:
+    with pytest.raises(ValueError, match="passes"):
+        MicroBatcher(engine, passes=0)
 
 
 async def test_max_batch_caps_a_batch(engine: LayaEngine) -> None:
