@@ -79,8 +79,6 @@ class MicroBatcher:
         self._window = float(window_ms) / 1000.0
         self._passes = int(passes)
         self._executor = ThreadPoolExecutor(max_workers=self._passes, thread_name_prefix="laya-batch")
-        self._running: "set[asyncio.Task[None]]" = set()
-        self._free: Optional[asyncio.Semaphore] = None  # made on the serving loop
         self._queues: Dict[str, Deque[_Pending]] = {}
         self._changed: Optional[asyncio.Event] = None
         self._dispatcher: Optional["asyncio.Task[None]"] = None
@@ -180,8 +178,6 @@ class MicroBatcher:
             self._loop = loop
             self._changed = None
             self._dispatcher = None
-            self._free = None
-            self._running = set()
         return loop
 
     def _ensure_dispatcher(self) -> None:
@@ -234,9 +230,8 @@ class MicroBatcher:
     async def _dispatch(self, stopped: "concurrent.futures.Future[None]") -> None:
         assert self._changed is not None
         changed = self._changed
-        if self._free is None:
-            self._free = asyncio.Semaphore(self._passes)
-        free = self._free
+        free = asyncio.Semaphore(self._passes)  # one dispatcher per loop, so its passes are its own
+        running: "set[asyncio.Task[None]]" = set()
         try:
             while True:
                 model = self._oldest()
@@ -268,12 +263,12 @@ class MicroBatcher:
                     free.release()
                     continue
                 task = asyncio.get_running_loop().create_task(self._pass(model, batch, free))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
-            if self._running:  # closing: every submitted request finishes
-                await asyncio.gather(*self._running, return_exceptions=True)
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:  # closing: every submitted request finishes
+                await asyncio.gather(*running, return_exceptions=True)
         except asyncio.CancelledError:
-            for task in list(self._running):
+            for task in list(running):
                 task.cancel()
             raise
         finally:

@@ -3,7 +3,7 @@
 A large request allocates hundreds of MB that Python, the tokenizer and torch free as soon as
 it is answered (a million-character `instructions` tokenizes to 500,000 tokens first), but
 glibc's malloc keeps what is freed. Three things get it back, each measured with
-`bench/load_reference_server.py` (RSS 17-50% above idle without them, about 2% with all):
+`bench/load_reference_server.py` (RSS 17-50% above idle without them, 2-5% with all):
 
 - `cap_malloc_arenas`: glibc gives each thread that allocates under contention its own arena
   (up to 8 per core), and a worker thread's arena keeps tens of MiB that `malloc_trim` cannot
@@ -48,9 +48,9 @@ def _glibc() -> ctypes.CDLL | None:
 def cap_malloc_arenas(arenas: int = 1) -> bool:
     """Limit glibc to `arenas` malloc arenas; False where that is not possible.
 
-    Call it before starting threads: an arena a thread already has is kept. Like
-    `MALLOC_ARENA_MAX`, which a user's environment setting overrides only if it is applied
-    first (we do not override an explicit environment setting).
+    Call it before starting threads: an arena a thread already has is kept. The same as
+    setting `MALLOC_ARENA_MAX`; where the environment already sets it, that choice stands and
+    this returns False.
     """
     if arenas < 1:
         raise ValueError(f"arenas must be at least 1, not {arenas}")

@@ -20,6 +20,11 @@ from pytest_laya.target_requests import (
     request_states,
 )
 
+try:
+    import orjson
+except ImportError:  # the `reference` extra installs it; json alone gives the same answers, slower
+    orjson = None
+
 from .engine import DecisionRequest
 from .problems import Problem
 from .settings import Limits
@@ -50,11 +55,6 @@ def _check_text(value: Any, depth: int = 0) -> None:
 # escape needs no walk of its strings, which on a 2 MiB body of small items is most of the cost.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
-
-try:
-    import orjson
-except ImportError:  # the `reference` extra installs it; json alone gives the same answers, slower
-    orjson = None
 
 # orjson reads an integer beyond 64 bits as a float where json keeps it exact: a body with a
 # run of 19 digits anywhere (even inside a string) goes to json.loads. bytes.translate and `in`
