@@ -243,6 +243,15 @@ def _write_tokenizer_config(tok_dir: pathlib.Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _write_encoder_config(enc_dir: pathlib.Path) -> None:
+    """Drop ``transformers_version`` from ``encoder/config.json``: it names the generating
+    machine's transformers, so the shipped bytes would change with every upgrade."""
+    path = enc_dir / "config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg.pop("transformers_version", None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def generate(dest: pathlib.Path) -> pathlib.Path:
     """Write the tiny checkpoint into `dest` (created; must be absent or empty) and return it.
 
@@ -266,6 +275,7 @@ def generate(dest: pathlib.Path) -> pathlib.Path:
     _redraw_parameters(model)
     save_checkpoint(model, tok, dict(AGENT_CONFIG), str(dest))
     _write_tokenizer_config(dest / "tokenizer")
+    _write_encoder_config(dest / "encoder")
     for root, dirs, files in os.walk(dest):
         os.chmod(root, _DIR_MODE)
         for name in files:
