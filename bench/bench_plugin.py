@@ -45,7 +45,7 @@ pytest_laya sources are compiled, and pytest's assertion rewriting of the plugin
 redone, at every start) and with bytecode cached ("cached": PYTHONDONTWRITEBYTECODE unset,
 PYTHONPYCACHEPREFIX in the temporary directory, so nothing is written to the repository).
 Target: plugin overhead on start-up (collect-only) < 150 ms. The overhead is then attributed, in as many fresh interpreters that have imported
-pytest: the time to import ``pytest_laya.plugin``, then ``pytest_laya.conformance`` (what the
+pytest: the time to import ``pytest_laya.plugin``, then ``pytest_laya.specs.conformance`` (what the
 plugin's ``pytest_configure`` imports). One extra run of each plugin-active configuration
 (and of the plugin-off collect) under ``-X importtime -s`` lists what got imported: torch,
 transformers, laya, uvicorn, starlette, fastapi and reference_server must not be.
@@ -92,7 +92,7 @@ import httpx  # noqa: E402
 
 from pytest_laya.cassettes import laya_vcr  # noqa: E402
 from pytest_laya.client import ServedLayaClient  # noqa: E402
-from pytest_laya.conformance import Conformance  # noqa: E402
+from pytest_laya.specs.conformance import Conformance  # noqa: E402
 from pytest_laya.fake import FakeLayaServer  # noqa: E402
 from pytest_laya.servers import REPLAY_URL, ServerHandle  # noqa: E402
 
@@ -361,7 +361,7 @@ BREAKDOWN = {
 
 
 def _code_key(name: str) -> tuple[str, int, str]:
-    from pytest_laya.client import _SocketWatchdog
+    from pytest_laya.client.sync_client import _SocketWatchdog
 
     code = {"watchdog_enter": _SocketWatchdog.__enter__, "httpx_client_init": httpx.Client.__init__}[name].__code__
     return code.co_filename, code.co_firstlineno, code.co_name
@@ -500,7 +500,7 @@ import pytest
 t0 = time.perf_counter()
 import pytest_laya.plugin
 t1 = time.perf_counter()
-import pytest_laya.conformance
+import pytest_laya.specs.conformance
 t2 = time.perf_counter()
 print((t1 - t0) * 1000, (t2 - t1) * 1000)
 """
@@ -568,7 +568,7 @@ def import_report(proj: Path) -> dict[str, Any]:
             "modules": len(modules),
             "heavy_imported": heavy,
             "pytest_laya_modules": sorted(ours),
-            "pytest_laya_conformance_cumulative_ms": modules.get("pytest_laya.conformance", 0) / 1000.0,
+            "pytest_laya_conformance_cumulative_ms": modules.get("pytest_laya.specs.conformance", 0) / 1000.0,
             "vcr_imported": "vcr" in modules,
             "httpx_imported": "httpx" in modules,
         }
@@ -641,7 +641,7 @@ def print_report(res: dict[str, Any]) -> None:
             print(f"-X importtime, {STARTUP_CONFIGS[key][0]}: {r['modules']} modules; heavy: "
                   f"{', '.join(r['heavy_imported']) or 'none'}; pytest_laya modules: "
                   f"{', '.join(m.removeprefix('pytest_laya.') for m in r['pytest_laya_modules']) or 'none'} "
-                  f"(pytest_laya.conformance cumulative {r['pytest_laya_conformance_cumulative_ms']:.1f} ms); vcr {'yes' if r['vcr_imported'] else 'no'}, "
+                  f"(pytest_laya.specs.conformance cumulative {r['pytest_laya_conformance_cumulative_ms']:.1f} ms); vcr {'yes' if r['vcr_imported'] else 'no'}, "
                   f"httpx {'yes' if r['httpx_imported'] else 'no'}")
     prof = res.get("profile")
     if prof:
@@ -680,7 +680,7 @@ def verdicts(res: dict[str, Any], small: str, big: str) -> list[str]:
             out.append(f"start-up overhead, collect-only, bytecode {mode}: {st['overhead_collect_ms']:+.0f} ms "
                        f"(target < {TARGET_STARTUP_MS:g} ms): {ok(st['overhead_collect_ms'])}; measured apart: "
                        f"import pytest_laya.plugin {st['import_plugin_module_ms']:.1f} ms, then pytest_configure's "
-                       f"import of pytest_laya.conformance {st['import_conformance_ms']:.0f} ms")
+                       f"import of pytest_laya.specs.conformance {st['import_conformance_ms']:.0f} ms")
             out.append(f"first replayed laya_client test in a fresh process, bytecode {mode}: "
                        f"{st['first_replayed_test_ms']:+.0f} ms over the plugin-off trivial run")
         heavy = sorted(set(res["imports"]["collect_plugin"]["heavy_imported"]) | set(res["imports"]["run_replayed"]["heavy_imported"]))

@@ -5,7 +5,7 @@ Both servers run the embedded tiny checkpoint (``python -m reference_server --sh
 each as its own subprocess, started and stopped by this script one at a time so they never
 compete for the CPU:
 
-- laya-serve 0.4.15 via ``pytest_laya.laya_serve.LayaServeProcess`` (``LAYA_MAX_CONCURRENT``
+- laya-serve 0.4.15 via ``pytest_laya.servers.laya_serve.LayaServeProcess`` (``LAYA_MAX_CONCURRENT``
   from ``--max-concurrent``), asked with ``"model": "tiny"``;
 - the reference server via ``python -m reference_server --port 0 --max-concurrent N`` (plus any
   ``--ref-arg``), ready once it prints ``laya-reference-server ready at URL``.
@@ -81,7 +81,7 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from pytest_laya.laya_serve import LayaServeProcess  # noqa: E402
+from pytest_laya.servers.laya_serve import LayaServeProcess  # noqa: E402
 
 PY = sys.executable
 READY_PREFIX = "laya-reference-server ready at "

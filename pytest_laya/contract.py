@@ -39,10 +39,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .decision import SUM_TOLERANCE, Decision
-from .errors import LayaCallError, LayaConfigError, LayaError
-from .questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
-from .sample_requests import SampleRequest, sample_request
+from pytest_laya.wire.decision import SUM_TOLERANCE, Decision
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
+from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
+from pytest_laya.wire.samples import SampleRequest, sample_request
 
 __all__ = [
     "CHECKS",
@@ -59,7 +59,7 @@ __all__ = [
 CHECKS: tuple[str, ...] = ("answers", "choice_coverage", "choice_distribution", "chosen", "score", "noul", "confidence")
 
 #: The requests the checks send: English and non-English, text, JSON and conversation states,
-#: 2 to 12 options, every question type (a subset of `pytest_laya.sample_requests`).
+#: 2 to 12 options, every question type (a subset of `pytest_laya.wire.samples`).
 #: Six, so that the whole contract costs a few dozen decisions per model.
 CONTRACT_REQUESTS: tuple[SampleRequest, ...] = tuple(sample_request(name) for name in (
     "en-choice-2", "de-choice-3", "fr-score-3-noul", "en-conversation-choice-12", "en-score-5", "en-json-state-mixed",
@@ -117,8 +117,6 @@ _MALFORMED: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]] = {
 #: A scripted model factory: raw answers (question id -> answer, Laya's wire form) -> a model
 #: that answers every request with exactly them.
 ScriptedModelFactory = Callable[[Mapping[str, Any]], Any]
-
-
 # --------------------------------------------------------------------------- the checks
 
 
@@ -506,7 +504,7 @@ def scripted_served_model(answers: Mapping[str, Any], *, name: str = "served-lay
     """
     import httpx
 
-    from .models import ServedLayaModel
+    from pytest_laya.models import ServedLayaModel
 
     body = {**_scripted_body(answers), "served_by": {"checkpoint": "scripted", "revision": "scripted"}}
 
@@ -531,6 +529,6 @@ class _ScriptedLayaAgent:
 
 def scripted_laya_model(answers: Mapping[str, Any], *, name: str = "laya-in-process (scripted)") -> Any:
     """A `LayaModel` whose agent answers every decision with exactly `answers` (no laya, no torch)."""
-    from .models import LayaModel
+    from pytest_laya.models import LayaModel
 
     return LayaModel("scripted", agent=_ScriptedLayaAgent(answers), name=name)

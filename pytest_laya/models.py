@@ -6,7 +6,7 @@ can hold them all to the same rules. `ServedLayaModel` is the served client behi
 `LayaModel` is laya itself, loaded in this process (it needs the ``reference`` extra, and imports
 laya and torch only when one is made).
 
-Both build their `Decision` with the foundation's answer rules (`pytest_laya.decision`), so an
+Both build their `Decision` with the foundation's answer rules (`pytest_laya.wire.decision`), so an
 answer no real Laya could give raises `LayaCallError` (``bad_answer``) whichever one produced it.
 """
 
@@ -19,10 +19,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .client import AsyncServedLayaClient, ServedLayaClient
-from .decision import Decision, Provenance, ServedIdentity, parse_answers, parse_usage
-from .errors import LayaCallError, LayaConfigError
-from .questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
+from pytest_laya.client import AsyncServedLayaClient, ServedLayaClient
+from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
+from pytest_laya.wire.identity import ServedIdentity
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError
+from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
 
 __all__ = ["DecisionModel", "ServedLayaModel", "LayaModel", "IN_PROCESS_URL_SCHEME"]
 
@@ -277,7 +278,7 @@ def _load_agent(source: str, device: str | None, load_options: Mapping[str, Any]
 def _in_process_identity(source: str, local_dir: str | None, agent: Any) -> ServedIdentity:
     if local_dir is not None:
         # The reference server's own digest, so the same weights get the same identity there.
-        from reference_server.engine import local_checkpoint_revision
+        from pytest_laya.wire.identity import local_checkpoint_revision
 
         checkpoint = os.path.basename(local_dir.rstrip(os.sep)) or local_dir
         revision: str | None = local_checkpoint_revision(local_dir)

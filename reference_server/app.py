@@ -13,7 +13,6 @@ import asyncio
 import functools
 import hmac
 import logging
-import os
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -27,19 +26,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pytest_laya.headers import is_valid_request_id, new_request_id
+from pytest_laya.wire.headers import child_traceparent, is_valid_request_id, new_request_id
+from pytest_laya.wire.pointer import question_pointer
+from pytest_laya.wire.problems import Problem
+from pytest_laya.wire.requests import check_media_type, parse_json_object
 
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
-from .problems import Problem
 from .settings import ServerSettings
-from .validation import decision_requests, parse_json_object, requested_model
+from .validation import decision_requests
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("reference_server")
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
 _INLINE_PARSE_BYTES = 32 * 1024
 _IDLE_HEAP_RELEASE_S = 1.0
@@ -52,9 +52,8 @@ class _RequestContext:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         supplied = headers.get("x-request-id", "")
         self.request_id = supplied if is_valid_request_id(supplied) else new_request_id()
-        match = _TRACEPARENT.fullmatch(headers.get("traceparent", "").strip())
-        # Continue the caller's trace with a span of our own; a malformed header starts none.
-        self.traceparent = f"00-{match.group(2)}-{os.urandom(8).hex()}-{match.group(4)}" if match else None
+        # Continue the caller's trace with a span of our own; an invalid header starts none.
+        self.traceparent = child_traceparent(headers.get("traceparent"))
 
 
 class _ContextMiddleware:
@@ -176,9 +175,7 @@ class _Server:
         return self.batcher
 
     async def read_body(self, request: Request) -> bytes:
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media != "application/json":
-            raise Problem("unsupported_media_type", f"send the body as application/json, not {media or 'no Content-Type'}")
+        check_media_type(request.headers.get("content-type"))
         limit = self.settings.limits.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -218,8 +215,8 @@ class _Server:
     def parse_decision(self, raw: bytes, *, batch: bool) -> tuple[dict[str, Any], str, list[DecisionRequest]]:
         """The body, the model and the requests it asks for, or the Problem that refuses it."""
         body = parse_json_object(raw)
-        model = requested_model(body, list(self.engine.models)) or self.engine.default_model
-        return body, model, decision_requests(body, self.settings.limits, batch=batch)
+        model, requests = decision_requests(body, self.settings.limits, list(self.engine.models), batch=batch)
+        return body, model or self.engine.default_model, requests
 
     async def parse_decision_off_loop(self, raw: bytes, *, batch: bool) -> tuple[dict[str, Any], str, list[DecisionRequest]]:
         # Parsing and checking a large body costs up to a few hundred ms of CPU (a 2 MiB body of
@@ -240,7 +237,7 @@ class _Server:
 
 def _problem_response(problem: Problem, request: Request) -> JSONResponse:
     context: _RequestContext = request.scope["state"]["context"]
-    return JSONResponse(problem.body(context.request_id), status_code=problem.status,
+    return JSONResponse(problem.document(context.request_id), status_code=problem.status,
                         media_type="application/problem+json", headers=problem.headers())
 
 
@@ -270,9 +267,8 @@ def _engine_problem(exc: BaseException, requests: list[DecisionRequest]) -> Prob
     if isinstance(exc, ValueError):
         match = _QUESTION_IN_MESSAGE.search(str(exc))
         qid = match.group(1) if match else next(iter(requests[0].questions))
-        pointer = "/questions/" + qid.replace("~", "~0").replace("/", "~1")
-        return Problem("invalid_question", "the model refused a question",
-                       errors=[{"question": qid, "pointer": pointer, "detail": str(exc)}])
+        return Problem("invalid_question", f"question {qid!r}: the model refused it ({exc})",
+                       errors=[{"question": qid, "pointer": question_pointer(qid), "detail": str(exc)}])
     log.error("inference failed", exc_info=exc)
     return Problem("inference_failed", "inference failed; the cause is in the server log")
 

@@ -66,7 +66,6 @@ cheap and imports no torch.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -75,7 +74,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
-from pytest_laya.questions import option_key
+from pytest_laya.wire.identity import local_checkpoint_revision
+from pytest_laya.wire.questions import option_key
 
 __all__ = [
     "DecisionRequest",
@@ -83,7 +83,6 @@ __all__ = [
     "Engine",
     "LayaEngine",
     "ModelIdentity",
-    "local_checkpoint_revision",
     "WARMUP_QUESTIONS",
     "WARMUP_STATE",
 ]
@@ -161,24 +160,6 @@ class Engine(Protocol):
 _Spec = Union[str, Tuple[str, Optional[str]]]
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def local_checkpoint_revision(directory: str) -> str:
-    """The revision of a local checkpoint: ``"sha256:"`` + the hex digest of its model.safetensors.
-
-    A local directory has no hub commit, so the weights' own bytes name it. The one definition,
-    shared with in-process models (``pytest_laya.models.LayaModel``), so a decision answered in
-    process and one served here carry the same identity for the same weights.
-    """
-    return "sha256:" + _file_sha256(os.path.join(directory, "model.safetensors"))
-
-
 def _plain_questions(questions: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """laya insists on real dicts (``isinstance(q, dict)``) at the top two levels; keep order."""
     if type(questions) is dict and all(type(q) is dict for q in questions.values()):
@@ -209,7 +190,7 @@ def _string_keyed(answer: Dict[str, Any]) -> Dict[str, Any]:
 
     laya answers a list label that is a number or a boolean (criteria [7, 8]) with the label
     itself, ``choice: 7``, while its probabilities, once JSON, are keyed ``"7"``: one spelling
-    for both, the key's (``pytest_laya.questions.option_key``).
+    for both, the key's (``pytest_laya.wire.questions.option_key``).
     """
     if answer.get("type") != "choice":
         return answer

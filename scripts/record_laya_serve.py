@@ -5,7 +5,7 @@ real server can be started here only on the tiny checkpoint. Each case becomes o
 the same format as the system1 recordings (``status``, ``content_type``, ``body``, ``request``)
 plus ``method``, ``path``, ``response_headers`` and, where the case set any, ``request_headers``.
 
-Three servers are started through `pytest_laya.laya_serve.LayaServeProcess`, all on 127.0.0.1:
+Three servers are started through `pytest_laya.servers.laya_serve.LayaServeProcess`, all on 127.0.0.1:
 one without an API key, one with ``test-key-not-a-secret-0000`` (the auth cases) and one with
 ``LAYA_MAX_CONCURRENT=1`` (the overload case). Bodies are recorded as received; only the values
 of ``server-timing`` and ``x-inference-time-ms`` change between runs. An Authorization value is
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script: make the repository importable
 
 import httpx  # noqa: E402
 
-from pytest_laya.laya_serve import HOST, LayaServeProcess  # noqa: E402
+from pytest_laya.servers.laya_serve import HOST, LayaServeProcess  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 DEFAULT_OUT = ROOT / "tests" / "data" / "laya-serve-0.4.15"

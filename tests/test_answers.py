@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya import Choice, LayaCallError, LayaConfigError, Noul, Score
-from pytest_laya.decision import parse_answers, parse_usage
-from pytest_laya.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion, normalize_questions
+from pytest_laya.wire.decision import parse_answers, parse_usage
+from pytest_laya.wire.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion, normalize_questions
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}},

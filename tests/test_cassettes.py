@@ -258,11 +258,11 @@ def test_a_crash_while_writing_leaves_the_old_cassette_and_no_temp_files(cassett
 
 
 def test_concurrent_writers_leave_one_whole_cassette(tmp_path):
-    from pytest_laya import cassettes
+    from pytest_laya.cassettes import persist
 
     target = tmp_path / "shared.yaml"
     versions = [(f"version {i}\n" * 2000).encode() for i in range(6)]
-    threads = [threading.Thread(target=cassettes._atomic_write, args=(target, v)) for v in versions]
+    threads = [threading.Thread(target=persist.atomic_write, args=(target, v)) for v in versions]
     for t in threads:
         t.start()
     for t in threads:
@@ -589,7 +589,7 @@ def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
     from vcr import matchers
     from vcr.request import Request
 
-    from pytest_laya.cassettes import _laya_body_matcher, match_key
+    from pytest_laya.cassettes.matching import laya_body_matcher as _laya_body_matcher, match_key
 
     bodies = [b'{"a": 1, "b": [1, 2]}', b'{"b":[1,2],"a":1}', b'{"a": 1.0, "b": [1, 2]}', b'{"a": "\\u00e9"}',
               '{"a": "é"}'.encode(), b"not json", b"not  json", b"", None]

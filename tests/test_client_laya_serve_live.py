@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient, Spec
-from pytest_laya.laya_serve import LayaServeProcess
+from pytest_laya.servers.laya_serve import LayaServeProcess
 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402

@@ -19,9 +19,9 @@ CONTRACT_TESTS = sorted(name for name in dir(DecisionModelContract) if name.star
 MODELS = '''
 import asyncio
 
-from pytest_laya.decision import Choice, Decision, Noul, Provenance, Score, Usage, parse_answers, parse_usage
+from pytest_laya.wire.decision import Choice, Decision, Noul, Provenance, Score, Usage, parse_answers, parse_usage
 from pytest_laya.fake import FakeLaya
-from pytest_laya.questions import normalize_questions
+from pytest_laya.wire.questions import normalize_questions
 
 
 class FakeLayaModel:
@@ -42,7 +42,7 @@ class FakeLayaModel:
     def decide(self, state, questions):
         asked = normalize_questions(questions)
         if not set(q.type for q in asked.values()) <= set(self.question_types):
-            from pytest_laya.errors import LayaConfigError
+            from pytest_laya.wire.errors import LayaConfigError
             raise LayaConfigError("this adapter answers only " + ", ".join(self.question_types), code="invalid_question")
         answers, usage = FakeLaya().decide(state, {q.id: dict(q.wire) for q in asked.values()})
         raw = self.raw_answers if self.raw_answers is not None else answers

@@ -16,7 +16,7 @@ import pytest
 from pytest_laya import Spec
 from pytest_laya.contract import DecisionModelContract, scripted_laya_model, scripted_served_model
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, FakeLayaServer
-from pytest_laya.laya_serve import LayaServeProcess
+from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.models import LayaModel, ServedLayaModel
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")

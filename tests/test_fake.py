@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_laya import LayaCallError, ServedLayaClient
-from pytest_laya.decision import Choice, Noul, Score
+from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
@@ -305,8 +305,12 @@ def test_target_names_every_invalid_question(servers):
     response = post(servers[TARGET], {"state": STATE, "questions": questions})
     problem = response.json()
     assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
-    assert problem["code"] == "invalid_question" and problem["detail"] == "3 questions are invalid"
+    assert problem["code"] == "invalid_question"
+    assert problem["detail"] == ("question 'bad type': unknown type 'ranking'; use one of choice, score, noul; "
+                                 "and 2 more (see errors)")
     assert [e["question"] for e in problem["errors"]] == ["bad type", "no criteria", "a/b"]
+    assert [e["pointer"] for e in problem["errors"]] == ["/questions/bad type/type", "/questions/no criteria/criteria",
+                                                          "/questions/a~1b/instructions"]
     assert problem["errors"][2]["pointer"].startswith("/questions/a~1b")
     assert problem["request_id"] == response.headers["x-request-id"]
 

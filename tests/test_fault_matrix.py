@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient
-from pytest_laya.decision import Decision
+from pytest_laya.wire.decision import Decision
 from pytest_laya.fake import FakeLaya, FakeLayaServer
 from pytest_laya.faults import Handler, Respond
 
@@ -258,7 +258,7 @@ def laya_server(laya_fake_server):
 PLUGIN_TESTS = """
 import pytest
 from pytest_laya import LayaCallError, LayaConfigError
-from pytest_laya.conformance import SpecViolationError
+from pytest_laya.specs.conformance import SpecViolationError
 
 Q = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 

@@ -31,7 +31,7 @@ import pytest
 pytest.importorskip("laya", reason="needs the reference extra")
 
 from pytest_laya import Spec  # noqa: E402
-from pytest_laya.target_requests import MAX_NESTING  # noqa: E402
+from pytest_laya.wire.requests import MAX_NESTING  # noqa: E402
 from reference_server.app import create_app  # noqa: E402
 from reference_server.engine import LayaEngine  # noqa: E402
 from reference_server.serving import ServerThread  # noqa: E402

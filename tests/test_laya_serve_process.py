@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from pytest_laya.laya_serve import LayaServeProcess
+from pytest_laya.servers.laya_serve import LayaServeProcess
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir
 
 needs_laya = pytest.mark.skipif(
@@ -36,7 +36,7 @@ CHOICE = {
 
 
 def test_importing_the_launcher_imports_no_heavy_library() -> None:
-    code = ("import sys, pytest_laya.laya_serve; "
+    code = ("import sys, pytest_laya.servers.laya_serve; "
             "print(','.join(m for m in ('torch', 'transformers', 'laya') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(pathlib.Path(__file__).resolve().parents[1]))

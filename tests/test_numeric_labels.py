@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from pytest_laya import Choice, LayaCallError, ServedLayaClient, Spec
-from pytest_laya.decision import parse_answers
+from pytest_laya.wire.decision import parse_answers
 from pytest_laya.fake import LAYA_SERVE, FakeLaya
-from pytest_laya.laya_serve import LayaServeProcess
-from pytest_laya.questions import normalize_questions, option_key
+from pytest_laya.servers.laya_serve import LayaServeProcess
+from pytest_laya.wire.questions import normalize_questions, option_key
 
 STATE = "I was charged twice for my order."
 LABELS = {"ints": [7, 8, 9], "bools": [True, False], "floats": [1.5, 2.0, 3], "mixed": ["seven", 8]}

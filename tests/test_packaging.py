@@ -18,7 +18,7 @@ def test_import_and_validation_load_no_heavy_module():
         "import sys, pytest_laya\n"
         "from pytest_laya import Spec, ServedLayaClient, Decision\n"
         "Spec.current(); Spec.target()\n"
-        "import pytest_laya.plugin, pytest_laya.faults, pytest_laya.laya_serve, pytest_laya.suites.server, pytest_laya.__main__\n"
+        "import pytest_laya.plugin, pytest_laya.faults, pytest_laya.servers.laya_serve, pytest_laya.suites.server, pytest_laya.__main__\n"
         f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -46,8 +46,8 @@ def test_the_wheel_ships_both_specs_and_the_tiny_checkpoint(tmp_path):
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     [wheel] = tmp_path.glob("pytest_laya-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"pytest_laya/_specs/laya-systemone.current.openapi.yaml",
-            "pytest_laya/_specs/laya-systemone.openapi.yaml",
+    assert {"pytest_laya/specs/documents/laya-systemone.current.openapi.yaml",
+            "pytest_laya/specs/documents/laya-systemone.openapi.yaml",
             "reference_server/checkpoints/tiny/model.safetensors",
             "pytest_laya/suites/server.py", "pytest_laya/__main__.py"} <= names
     assert not any(n.startswith(("tests/", ".venv/")) for n in names)

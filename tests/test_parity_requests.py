@@ -1,6 +1,6 @@
 """Parity: in-process Laya, the reference server and laya-serve give the same answers.
 
-Over the 34 varied requests of `pytest_laya.sample_requests` (English and eleven other
+Over the 34 varied requests of `pytest_laya.wire.samples` (English and eleven other
 languages, text, JSON and conversation states, 2 to 12 options, every question type, mixed
 requests) on the embedded tiny checkpoint, through the DecisionModel interface: the same chosen
 option and score level for every question, and every probability, expected level and confidence
@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 
-from pytest_laya.decision import Choice, Noul, Score
-from pytest_laya.laya_serve import LayaServeProcess
+from pytest_laya.wire.decision import Choice, Noul, Score
+from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.models import LayaModel, ServedLayaModel
-from pytest_laya.questions import normalize_questions
-from pytest_laya.sample_requests import VARIED_REQUESTS
+from pytest_laya.wire.questions import normalize_questions
+from pytest_laya.wire.samples import VARIED_REQUESTS
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402

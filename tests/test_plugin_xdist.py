@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from pytest_laya.client import Exchange
-from pytest_laya.conformance import Conformance
+from pytest_laya.specs.conformance import Conformance
 from pytest_laya.fake import FakeLaya, FakeLayaServer
 
 pytest.importorskip("xdist")

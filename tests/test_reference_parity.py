@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from pytest_laya import ServedLayaClient, Spec
-from pytest_laya.laya_serve import LayaServeProcess
-from pytest_laya.sample_requests import VARIED_REQUESTS
+from pytest_laya.servers.laya_serve import LayaServeProcess
+from pytest_laya.wire.samples import VARIED_REQUESTS
 from recorded import LAYA_SERVE, recordings
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")

@@ -12,13 +12,13 @@ import time
 import httpx
 import pytest
 
-from pytest_laya.sample_requests import VARIED_REQUESTS
+from pytest_laya.wire.samples import VARIED_REQUESTS
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from laya.confidence import jev_confidence  # noqa: E402
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
 from reference_server.app import create_app  # noqa: E402
-from reference_server.engine import local_checkpoint_revision  # noqa: E402
+from pytest_laya.wire.identity import local_checkpoint_revision  # noqa: E402
 from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import ServerSettings  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402

@@ -18,8 +18,9 @@ import pytest
 
 from pytest_laya import Spec
 from pytest_laya.fake import FakeLaya
-from pytest_laya.laya_serve import LayaServeProcess
-from pytest_laya.target_requests import MAX_TOKEN_BUDGET, MIN_CONFIDENCE_BUCKETS, RequestRefusal, request_controls
+from pytest_laya.servers.laya_serve import LayaServeProcess
+from pytest_laya.wire.problems import Problem as RequestRefusal
+from pytest_laya.wire.requests import MAX_TOKEN_BUDGET, MIN_CONFIDENCE_BUCKETS, request_controls
 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402

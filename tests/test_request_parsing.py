@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_server import validation
-from reference_server.problems import Problem
-from reference_server.validation import parse_json_object
+from pytest_laya.wire import requests as validation
+from pytest_laya.wire.problems import Problem
+from pytest_laya.wire.requests import parse_json_object
 
 pytest.importorskip("orjson", reason="orjson comes with the reference extra: pip install -e '.[reference]'")
 

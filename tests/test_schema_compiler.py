@@ -14,8 +14,10 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from pytest_laya.schema_compiler import compile_schema
-from pytest_laya.specs import Spec, _escape, _formats
+from pytest_laya.specs.schema_compiler import compile_schema
+from pytest_laya.specs import Spec
+from pytest_laya.specs.spec import _formats
+from pytest_laya.wire.pointer import escape as _escape
 from recorded import recordings
 
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}

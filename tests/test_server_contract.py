@@ -20,10 +20,10 @@ import pytest
 
 from pytest_laya import Spec
 from pytest_laya.__main__ import main, pytest_arguments
-from pytest_laya.decision import Choice, Noul, Score
+from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
-from pytest_laya.plugin import LayaRun, _export, _merge
+from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare
 from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
 
@@ -86,7 +86,7 @@ def reference_keyed():
 @pytest.fixture(scope="module")
 def laya_serve():
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-    from pytest_laya.laya_serve import LayaServeProcess
+    from pytest_laya.servers.laya_serve import LayaServeProcess
     from reference_server.tiny_checkpoint import embedded_checkpoint_dir
 
     with LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY) as server:
@@ -335,7 +335,7 @@ def test_summary_notes_merge_from_workers_once_each():
     controller.note("server contract", "shared line")
     worker.note("server contract", "shared line")
     worker.note("measured", "a measurement")
-    _merge(controller, json.loads(json.dumps(_export(worker))))
+    controller.merge(json.loads(json.dumps(worker.export())))
     assert controller.notes == {"server contract": ["shared line"], "measured": ["a measurement"]}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya import LayaConfigError, ServedLayaClient
-from pytest_laya.settings import DEFAULT_TIMEOUT_S, ClientSettings
+from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings
 
 
 def test_environment_supplies_defaults():

@@ -26,7 +26,7 @@ import yaml
 
 from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient, Spec
 from pytest_laya.cassettes import REDACTED, use_cassette
-from pytest_laya.decision import Choice, Noul, Score
+from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.servers import REPLAY_URL
 
 ROOT = Path(__file__).resolve().parents[1]

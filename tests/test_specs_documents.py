@@ -120,7 +120,7 @@ def test_current_lists_known_gaps():
 
 
 def test_the_servers_problem_table_is_the_target_specs():
-    from pytest_laya.problems import PROBLEM_STATUS, PROBLEM_TITLES
+    from pytest_laya.wire.problems import PROBLEM_STATUS, PROBLEM_TITLES
 
     assert set(PROBLEM_STATUS) == set(Spec.target().document["components"]["schemas"]["ErrorCode"]["enum"])
     assert set(PROBLEM_TITLES) == set(PROBLEM_STATUS)

@@ -2,7 +2,7 @@
 
 Two kinds, both on the embedded tiny checkpoint: the reference server in-process (uvicorn in a
 thread, so a test can hold it in its warming state), and laya's own laya-serve 0.4.15 as a
-subprocess (`pytest_laya.laya_serve.LayaServeProcess`). Each comes in the configurations the
+subprocess (`pytest_laya.servers.laya_serve.LayaServeProcess`). Each comes in the configurations the
 cases need: open (no API key), keyed (an API key), busy (one admission slot, so one stalled
 upload saturates it) and, for the reference server only, warming (checkpoint loading held back).
 
@@ -137,7 +137,7 @@ def reference_server(*, keyed: bool = False, busy: bool = False, warming: bool =
 @contextlib.contextmanager
 def laya_serve(*, keyed: bool = False, busy: bool = False) -> Iterator[RunningServer]:
     """laya-serve 0.4.15 on the tiny checkpoint (as english, multilingual and tiny), healthy."""
-    from pytest_laya.laya_serve import LayaServeProcess
+    from pytest_laya.servers.laya_serve import LayaServeProcess
 
     extra = {"LAYA_BODY_READ_TIMEOUT": str(BUSY_BODY_TIMEOUT_S)} if busy else {}
     with LayaServeProcess(tiny_checkpoint(), api_key=SERVER_KEY if keyed else None,

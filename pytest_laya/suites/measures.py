@@ -2,7 +2,7 @@
 
 A model may legitimately lean on option order or on the other questions in a request (Laya's
 sequential option layout does); a caller still needs to know by how much before it shuffles
-options or batches questions. These functions compare typed answers (`pytest_laya.decision`)
+options or batches questions. These functions compare typed answers (`pytest_laya.wire.decision`)
 to the same question asked two ways; the suite turns the result into one summary line each.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..decision import Answer, Choice, Noul, Score
+from pytest_laya.wire.decision import Answer, Choice, Noul, Score
 
 __all__ = ["Comparison", "compare", "decided", "describe", "probability_change"]
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from pytest_laya.client import DECIDE_PATH
-from pytest_laya.decision import Choice, Decision, parse_answers
-from pytest_laya.errors import LayaError
-from pytest_laya.questions import normalize_questions
+from pytest_laya.wire.decision import Choice, Decision, parse_answers
+from pytest_laya.wire.errors import LayaError
+from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.servers import ServerHandle
 from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (

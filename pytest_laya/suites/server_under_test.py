@@ -23,12 +23,12 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
-from ..client import DECIDE_PATH, Exchange, ServedLayaClient
-from ..conformance import SpecViolationError
-from ..decision import Decision
-from ..headers import REQUEST_ID_HEADER, new_request_id
-from ..settings import redact_url
-from ..specs import Spec
+from pytest_laya.client import DECIDE_PATH, Exchange, ServedLayaClient
+from pytest_laya.specs.conformance import SpecViolationError
+from pytest_laya.wire.decision import Decision
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
+from pytest_laya.client.settings import redact_url
+from pytest_laya.specs import Spec
 
 __all__ = [
     "LIMIT_NAMES",

@@ -1,0 +1,267 @@
+"""The vcrpy glue, built on first use so that importing the kit loads no vcrpy.
+
+What differs from a plain `vcr.VCR`, and why (docs/cassettes.md): one authority for the mode
+(`record=False` is vcrpy's ``none``: nothing sent, nothing written; `record=True` is ``all``
+with the old cassette not loaded, so a refreshed cassette holds exactly what this run
+recorded); matching by `matching.match_key` as a dict lookup; scrubbing on the way in
+(`scrub`); the client's request id echoed on replay; misses raised from inside the transport
+as the `errors` types; saving decided by the `CassetteHandle`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # pragma: no cover
+    import vcr
+
+from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteMiss, CassetteMissing, Unplayed
+from pytest_laya.cassettes.handle import CassetteHandle, open_session
+from pytest_laya.cassettes.matching import (
+    MATCH_ON,
+    SHOW_DIFFS,
+    body_bytes,
+    body_differences,
+    body_summary,
+    describe,
+    laya_body_matcher,
+    match_key,
+    request_body,
+)
+from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
+from pytest_laya.cassettes.persist import Persister
+from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
+
+__all__ = [
+    "RECORD_HINT",
+    "laya_vcr",
+    "use_cassette",
+]
+
+
+#: What a miss tells the user to run; the plugin may pass its own wording to `laya_vcr`.
+RECORD_HINT = "--laya-mode=record"
+
+
+@functools.lru_cache(maxsize=None)
+def _classes() -> tuple[type, type]:
+    """(LayaVCR, LayaCassette), built on first use so that importing this module loads no vcrpy."""
+    import vcr
+    from vcr import matchers
+    from vcr.cassette import Cassette
+    from vcr.record_mode import RecordMode
+
+    class LayaCassette(Cassette):
+        """A vcrpy cassette whose replay raises pytest-laya's misses and echoes X-Request-Id."""
+
+        record_hint = RECORD_HINT
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._laya_lock = threading.RLock()
+            # Match key -> indices of the interactions with that key, in recorded order; built on
+            # the first lookup, so replay is a dict lookup whatever the cassette's length.
+            self._laya_index: dict[tuple[Any, ...], list[int]] = {}
+            self._laya_indexed = 0
+            # vcrpy asks can_play_response_for and then play_response with the same request
+            # object: scrub (deep copy + filter) it once, not once per call.
+            self._laya_last: tuple[Any, Any] | None = None
+
+        @property
+        def _laya_path(self) -> Path:
+            return Path(getattr(self, "_path", ""))
+
+        def _laya_filtered(self, request: Any) -> Any:
+            last = self._laya_last
+            if last is not None and last[0] is request:
+                return last[1]
+            filtered = self.filter_request(request)
+            self._laya_last = (request, filtered)
+            return filtered
+
+        def _laya_matches(self, filtered: Any) -> list[int]:
+            """Indices of the interactions `filtered` matches: the rules of `MATCH_ON`, as a lookup."""
+            data = self.data
+            if self._laya_indexed != len(data):
+                if self._laya_indexed > len(data):  # pragma: no cover - vcrpy never shrinks data
+                    self._laya_index, self._laya_indexed = {}, 0
+                for i in range(self._laya_indexed, len(data)):
+                    self._laya_index.setdefault(match_key(data[i][0]), []).append(i)
+                self._laya_indexed = len(data)
+            return self._laya_index.get(match_key(filtered), [])
+
+        def can_play_response_for(self, request: Any) -> bool:
+            if self.record_mode != RecordMode.NONE:
+                return super().can_play_response_for(request)
+            with self._laya_lock:
+                filtered = self._laya_filtered(request)
+                if not self.rewound:
+                    raise CassetteMissing(
+                        f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
+                        f"the test asked for {describe(filtered)}", path=self._laya_path)
+                matches = self._laya_matches(filtered)
+                if not matches:
+                    raise self._laya_miss(filtered, describe(filtered))
+                if all(self.play_counts[i] for i in matches):
+                    raise self._laya_already_played(describe(filtered), matches)
+                return True
+
+        def play_response(self, request: Any) -> Any:
+            if self.record_mode != RecordMode.NONE:
+                return super().play_response(request)
+            with self._laya_lock:
+                filtered = self._laya_filtered(request)
+                self._laya_last = None
+                matches = self._laya_matches(filtered)
+                for index in matches:
+                    if not self.play_counts[index]:
+                        break
+                else:
+                    # Another thread played the last match between the check and the play.
+                    if not matches:
+                        raise self._laya_miss(filtered, describe(filtered))
+                    raise self._laya_already_played(describe(filtered), matches)
+                stored, response = self.data[index]
+                if index < getattr(self, "_loaded_count", len(self.data)):
+                    # What vcrpy's own play_response keeps for drop_unused_requests.
+                    self._played_interactions.append((stored, response))
+                self.play_counts[index] += 1
+            return echo_ids(response, request)
+
+        def append(self, request: Any, response: Any) -> None:
+            with self._laya_lock:
+                super().append(request, without_request_ids(response, request))
+
+        def _laya_already_played(self, described: str, matches: list[int]) -> CassetteAlreadyPlayed:
+            which = ", ".join(str(i + 1) for i in matches)
+            times = "once" if len(matches) == 1 else f"{len(matches)} times"
+            return CassetteAlreadyPlayed(
+                f"{described}: the matching interaction was already played (recorded {times}: interaction "
+                f"{which} of {len(self.data)} in {self._laya_path}); record the test again with "
+                f"{self.record_hint} if it makes this request twice", path=self._laya_path, request=described)
+
+        def _laya_miss(self, filtered: Any, described: str) -> CassetteMiss:
+            where = f"in cassette {self._laya_path}"
+            if not self.data:
+                return CassetteMiss(
+                    f"no recorded interaction matches {described}; the cassette {self._laya_path} has no "
+                    f"interactions (the test made no request when it was recorded); record it again with "
+                    f"{self.record_hint}", path=self._laya_path, request=described, closest=None, differences=[])
+            now = request_body(filtered)
+            best: tuple[Any, ...] | None = None
+            for index, (stored, _) in enumerate(self.data):
+                differs: list[str] = []
+                if filtered.method != stored.method:
+                    differs.append(f"method (recorded {stored.method}, now {filtered.method})")
+                try:
+                    matchers.path(filtered, stored)
+                except AssertionError:
+                    differs.append(f"path (recorded {urlsplit(stored.uri).path}, now {urlsplit(filtered.uri).path})")
+                try:
+                    matchers.query(filtered, stored)
+                except AssertionError:
+                    differs.append(f"query (recorded {urlsplit(stored.uri).query!r}, now {urlsplit(filtered.uri).query!r})")
+                weight, body_diffs = body_differences(now, request_body(stored))
+                key = (len(differs), weight, index)
+                if best is None or key < best[0]:
+                    best = (key, index, stored, differs + body_diffs)
+            assert best is not None
+            _, index, stored, differences = best
+            shown = differences[:SHOW_DIFFS]
+            more = f"; and {len(differences) - SHOW_DIFFS} more" if len(differences) > SHOW_DIFFS else ""
+            message = (
+                f"no recorded interaction matches {described} {where}; closest recorded request: "
+                f"{describe(stored)} (interaction {index + 1} of {len(self.data)}) differs in: "
+                + "; ".join(shown) + more
+                + f". If the request changed on purpose, record the test again with {self.record_hint}."
+            )
+            return CassetteMiss(message, path=self._laya_path, request=described, closest=index,
+                                differences=differences)
+
+        def laya_unplayed(self) -> list[Unplayed]:
+            with self._laya_lock:
+                return [Unplayed(r.method, urlsplit(r.uri).path or "/", body_summary(body_bytes(r.body)))
+                        for i, (r, _) in enumerate(self.data) if not self.play_counts[i]]
+
+    class LayaVCR(vcr.VCR):
+        """A `vcr.VCR` configured for served Laya; its record mode cannot be overridden."""
+
+        def __init__(self, *, record: bool, cassette_dir: str | os.PathLike[str] | None,
+                     api_key: str | None, strict: bool, record_hint: str) -> None:
+            self.laya_record = bool(record)
+            self.laya_strict = bool(strict)
+            self.laya_api_key = api_key
+            self._laya_scrubber = Scrubber(api_key, learn=True)
+            self._laya_cassette_class = type("LayaCassette", (LayaCassette,), {"record_hint": record_hint})
+            super().__init__(
+                record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
+                cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
+                path_transformer=vcr.VCR.ensure_suffix(CASSETTE_SUFFIX),
+                match_on=MATCH_ON,
+                before_record_request=self._laya_scrubber.request,
+                before_record_response=self._laya_scrubber.response,
+                decode_compressed_response=True,
+                drop_unused_requests=True,
+                record_on_exception=False,
+            )
+            self.register_matcher("laya_body", laya_body_matcher)
+            self.register_persister(Persister(record=self.laya_record, deferred=False))
+
+        def get_merged_config(self, **kwargs: Any) -> dict[str, Any]:
+            for forbidden in ("record_mode", "allow_playback_repeats", "match_on", "serializer"):
+                if forbidden in kwargs:
+                    raise TypeError(f"{forbidden} is fixed by pytest-laya's cassettes (record={self.laya_record});"
+                                    " the mode is chosen in one place only")
+            config = super().get_merged_config(**kwargs)
+            config["record_mode"] = RecordMode.ALL if self.laya_record else RecordMode.NONE
+            config["allow_playback_repeats"] = False
+            return config
+
+        def use_cassette(self, path: Any = None, **kwargs: Any) -> Any:
+            """vcrpy's context manager over one cassette file (no decorator form, no discard)."""
+            if path is None or not isinstance(path, (str, os.PathLike)):
+                raise TypeError("LayaVCR.use_cassette needs a cassette path")
+            return self._laya_cassette_class.use(**self.get_merged_config(path=path, **kwargs))
+
+        def cassette(self, path: str | os.PathLike[str], *,
+                     provenance: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[CassetteHandle]:
+            """One test's cassette: a context manager giving a `CassetteHandle` (see `use_cassette`)."""
+            return open_session(self, path, provenance)
+
+    return LayaVCR, LayaCassette
+
+
+def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,
+             strict: bool = True, record_hint: str = RECORD_HINT) -> "vcr.VCR":
+    """A `vcr.VCR` for served-Laya cassettes (see the module docstring for what it changes).
+
+    `record` is the only authority on the mode: False replays (vcrpy ``none``, no network, no
+    writes), True records (vcrpy ``all``, the old file replaced as a whole). `api_key` is
+    scrubbed from everything recorded. `strict` makes a clean replay with unplayed interactions
+    fail. `.cassette(path, provenance=...)` gives a `CassetteHandle` context manager;
+    `.use_cassette(path)` is vcrpy's own (atomic writes, no discard).
+    """
+    vcr_class, _ = _classes()
+    return vcr_class(record=record, cassette_dir=cassette_dir, api_key=api_key, strict=strict,
+                     record_hint=record_hint)
+
+
+def use_cassette(path: str | os.PathLike[str], *, record: bool, api_key: str | None = None,
+                 strict: bool = True, provenance: Mapping[str, Any] | None = None,
+                 record_hint: str = RECORD_HINT) -> contextlib.AbstractContextManager[CassetteHandle]:
+    """One test's cassette at `path` (``.yaml`` added if missing), as a `CassetteHandle`.
+
+    Every httpx (and http.client, requests...) request made inside the block goes through the
+    cassette: recorded, or answered from it, never from the network. In record mode the file
+    is replaced when the block ends cleanly and `discard()` was not called.
+    """
+    path = Path(path)
+    return laya_vcr(record=record, cassette_dir=None, api_key=api_key, strict=strict,
+                    record_hint=record_hint).cassette(path, provenance=provenance)

@@ -1,0 +1,176 @@
+"""`CassetteHandle`: one test's cassette while it is in use, and what became of it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+import os
+
+from pytest_laya.cassettes.errors import CassetteUnplayed, Unplayed
+from pytest_laya.cassettes.persist import Persister, atomic_write, recorded_date, render, today
+from pytest_laya.cassettes.scrub import Scrubber
+
+__all__ = [
+    "CassetteHandle",
+    "PROVENANCE_FIELDS",
+    "PROVENANCE_FORMAT",
+]
+
+
+#: The version of the ``metadata.pytest_laya`` mapping.
+PROVENANCE_FORMAT = 1
+
+
+PROVENANCE_FIELDS = ("server", "identity", "spec", "laya_version")
+
+
+class CassetteHandle:
+    """One test's cassette while it is in use.
+
+    `record` says which mode it is in. In record mode the file is written when the block
+    ends, unless `discard()` was called or the block raised; in replay nothing is written and,
+    with `strict`, a clean exit with unplayed interactions raises `CassetteUnplayed`.
+    `outcome` says what happened: ``"written"``, ``"unchanged"`` (re-recorded identically, file
+    untouched), ``"discarded"``, ``"replayed"``, or ``None`` while in use.
+    """
+
+    def __init__(self, *, path: Path, record: bool, strict: bool, cassette: Any, persister: Persister,
+                 provenance: Mapping[str, Any] | None, api_key: str | None) -> None:
+        self.path = path
+        self.record = record
+        self.strict = strict
+        self.cassette = cassette
+        self.outcome: str | None = None
+        self._persister = persister
+        self._discarded = False
+        self._scrub = Scrubber(api_key, learn=False)
+        self._provenance: dict[str, Any] = {}
+        if provenance:
+            self.set_provenance(**dict(provenance))
+
+    # -- state
+
+    @property
+    def exists(self) -> bool:
+        """Replay: whether a cassette file was loaded. Record: whether an old file is there now."""
+        return self._persister.loaded is not None if not self.record else self.path.is_file()
+
+    @property
+    def interactions(self) -> int:
+        return len(self.cassette)
+
+    @property
+    def played(self) -> int:
+        return sum(1 for i in range(len(self.cassette)) if self.cassette.play_counts[i])
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Replay: ``metadata.pytest_laya`` of the loaded file. Record: what will be written."""
+        if self.record:
+            return {"format": PROVENANCE_FORMAT, **self._provenance}
+        loaded = self._persister.loaded
+        meta = loaded.get("metadata") if loaded else None
+        value = meta.get("pytest_laya") if isinstance(meta, dict) else None
+        return dict(value) if isinstance(value, dict) else None
+
+    def set_provenance(self, **fields: Any) -> None:
+        """Record where the interactions came from: server, identity, spec, laya_version.
+
+        Values must be plain data (str, numbers, bools, lists, mappings; a dataclass is turned
+        into a mapping); None removes a field. Ignored in replay. The API key is scrubbed.
+        """
+        for name, value in fields.items():
+            if name not in PROVENANCE_FIELDS:
+                raise TypeError(f"unknown provenance field {name!r}; expected one of {', '.join(PROVENANCE_FIELDS)}")
+            if value is None:
+                self._provenance.pop(name, None)
+            else:
+                self._provenance[name] = self._plain(value, name)
+
+    def _plain(self, value: Any, where: str) -> Any:
+        import dataclasses
+
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, Mapping):
+            return {str(k): self._plain(v, f"{where}.{k}") for k, v in value.items() if v is not None}
+        if isinstance(value, (list, tuple)):
+            return [self._plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, str):
+            return self._scrub.text(value)
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        raise TypeError(f"provenance {where} must be plain data, got {type(value).__name__}")
+
+    def unplayed(self) -> list[Unplayed]:
+        """Recorded interactions no request has matched yet (empty in record mode)."""
+        return [] if self.record else self.cassette.laya_unplayed()
+
+    def check_all_played(self) -> None:
+        """Raise `CassetteUnplayed` if any recorded interaction was never played."""
+        left = self.unplayed()
+        if left:
+            listed = "; ".join(str(u) for u in left)
+            raise CassetteUnplayed(
+                f"{len(left)} of {self.interactions} recorded interactions in {self.path} were never played: "
+                f"{listed}. The test no longer makes these requests: record it again with "
+                f"{self.cassette.record_hint}, or pass strict=False", path=self.path, unplayed=left)
+
+    def discard(self) -> None:
+        """Don't save what this run recorded (the test failed): the old cassette stays as it was."""
+        self._discarded = True
+
+    # -- ending
+
+    def _finish(self, failed: bool) -> None:
+        if not self.record:
+            self.outcome = "replayed"
+            if self.strict and not failed and not self._discarded:
+                self.check_all_played()
+            return
+        if failed or self._discarded:
+            self.outcome = "discarded"
+            return
+        self.outcome = self._commit()
+
+    def _metadata(self, recorded: str) -> dict[str, Any]:
+        return {"pytest_laya": {"format": PROVENANCE_FORMAT, **self._provenance, "recorded": recorded}}
+
+    def _commit(self) -> str:
+        requests, responses = self.cassette.requests, self.cassette.responses
+        date = today()
+        text = render(requests, responses, self._metadata(date))
+        try:
+            old = self.path.read_bytes()
+        except OSError:
+            old = None
+        if old is not None:
+            if old == text:
+                return "unchanged"
+            old_date = recorded_date(self.path)
+            if old_date and old_date != date and old == render(requests, responses, self._metadata(old_date)):
+                return "unchanged"  # same interactions: keep the date they were first recorded on
+        atomic_write(self.path, text)
+        return "written"
+
+
+@contextlib.contextmanager
+def open_session(laya: Any, path: str | os.PathLike[str], provenance: Mapping[str, Any] | None) -> Iterator[CassetteHandle]:
+    persister = Persister(record=laya.laya_record, deferred=True)
+    config = laya.get_merged_config(path=path, persister=persister)
+    full = Path(config["path_transformer"](config["path"]) if config.get("path_transformer") else config["path"])
+    manager = laya._laya_cassette_class.use(**config)
+    cassette = manager.__enter__()
+    handle = CassetteHandle(path=full, record=laya.laya_record, strict=laya.laya_strict, cassette=cassette,
+                            persister=persister, provenance=provenance, api_key=laya.laya_api_key)
+    failed = True
+    try:
+        yield handle
+        failed = False
+    finally:
+        manager.__exit__(None, None, None)  # unpatches; the deferred persister writes nothing
+        if failed:
+            handle._finish(failed=True)
+    handle._finish(failed=False)

@@ -1,0 +1,113 @@
+"""What the sync and async clients share beyond one call: settings, policy, identity, observers."""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from pytest_laya.client.call import (
+    Attempt,
+    DecisionCall,
+    IdentityCache,
+    routed_names,
+    routing_identity,
+    with_identity,
+)
+from pytest_laya.client.policy import Deadline, RetryPolicy
+from pytest_laya.client.settings import ClientSettings, redact_url
+from pytest_laya.wire.decision import Decision
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
+from pytest_laya.wire.exchange import Exchange
+from pytest_laya.wire.health import Health
+from pytest_laya.wire.identity import ServedIdentity
+from pytest_laya.wire.problems import read_server_error
+from pytest_laya.wire.questions import Questions
+from pytest_laya.wire.routes import HEALTH_PATH
+
+
+@functools.lru_cache(maxsize=None)
+def ssl_context() -> ssl.SSLContext:
+    # httpx reads the CA bundle for every new client (about 19 ms); one context serves them all,
+    # so a test suite that builds a client per test does not pay it per test.
+    return httpx.create_ssl_context()
+
+
+class ClientBase:
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        model: str | None,
+        api_key: str | None,
+        timeout_s: float | None,
+        on_exchange: Callable[[Exchange], None] | None,
+        policy: RetryPolicy | None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = ClientSettings.resolve(url, model=model, api_key=api_key, timeout_s=timeout_s, environ=environ)
+        self.policy = policy or RetryPolicy()
+        self._on_exchange = on_exchange
+        self._identities = IdentityCache()
+        self._last_identity: ServedIdentity | None = None
+
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    def __repr__(self) -> str:
+        key = ", api_key=***" if self.settings.api_key else ""
+        return f"{type(self).__name__}({redact_url(self.settings.url)!r}, model={self.settings.model!r}{key}, timeout_s={self.settings.timeout_s:g})"
+
+    def _observe(self, method: str, path: str, attempt: Attempt, request_body: bytes | None, elapsed: float) -> None:
+        if self._on_exchange is not None and attempt.status is not None:
+            self._on_exchange(Exchange(method=method, url=self.settings.url + path, path=path, status=attempt.status,
+                                       headers=attempt.headers, body=attempt.body, request_body=request_body,
+                                       elapsed_s=elapsed))
+
+    def _health_error(self, attempt: Attempt) -> LayaError:
+        url = redact_url(self.settings.url)
+        if attempt.failure is not None:
+            call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}", code=attempt.failure.value, url=url)
+            return call
+        said = read_server_error(attempt.status or 0, attempt.headers.get("content-type"), attempt.body)
+        if attempt.status == 401:
+            return LayaConfigError("the server refused the API key for /health", code="unauthorized", status=401,
+                                   server_code=said.code, server_detail=said.detail, url=url)
+        return LayaCallError(f"GET {HEALTH_PATH} did not return a JSON health document", code="bad_response",
+                             status=attempt.status, server_code=said.code, server_detail=said.detail, url=url)
+
+    def _begin(self, state: Any, questions: Questions, model: str | None, request_id: str | None,
+               allow_truncation: bool) -> tuple[DecisionCall, Deadline]:
+        call = DecisionCall(self.settings, state, questions, model=model, request_id=request_id,
+                             allow_truncation=allow_truncation)
+        return call, Deadline(self.settings.timeout_s)
+
+    def _health_to_read(self, decision: Decision, deadline: Deadline) -> tuple[Health | None, bool]:
+        """(cached health, whether /health must be read now) for a decision's identity."""
+        if decision.provenance.served_by is not None:
+            return None, False
+        health = self._identities.fresh()
+        return health, health is None and not deadline.expired()
+
+    def _identity_after(self, call: DecisionCall, body: Mapping[str, Any], decision: Decision,
+                        health: Health | None) -> Decision:
+        if decision.provenance.served_by is not None:
+            identity: ServedIdentity | None = decision.provenance.served_by
+        else:
+            routed, repo = routed_names(body, call.model)
+            identity = (health.identity_for(routed, repo=repo) if health else None) or routing_identity(body)
+        if identity is not None:
+            self._last_identity = identity
+        return with_identity(decision, identity)
+
+    def _known_identity(self) -> ServedIdentity | None:
+        """The identity a response itself reported; nothing on the server can say more."""
+        last = self._last_identity
+        return last if last is not None and last.source == "served_by" else None
+
+    def _identity_from(self, health: Health) -> ServedIdentity | None:
+        return health.identity_for(self.settings.model) or self._last_identity

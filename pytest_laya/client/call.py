@@ -1,0 +1,271 @@
+"""One decision's request and the reading of its answer: the policy both clients share, no I/O.
+
+What a request is, which responses are answers, which errors they map to, and how the identity
+of the weights is worked out, live here once; only the I/O differs between the sync and async
+clients.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
+from pytest_laya.client.settings import ClientSettings, redact_url
+from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id, new_traceparent, parse_server_timing
+from pytest_laya.wire.health import Health
+from pytest_laya.wire.identity import ServedIdentity, parse_served_by
+from pytest_laya.wire.problems import read_server_error
+from pytest_laya.wire.questions import AskedQuestion, Questions, normalize_questions
+
+__all__ = [
+    "DecisionCall",
+    "IDENTITY_TTL_S",
+    "MAX_RESPONSE_BYTES",
+    "request_headers",
+]
+
+
+# How long a /health identity is trusted before it is read again.
+IDENTITY_TTL_S = 30.0
+
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+_JSON_MEDIA = ("application/json", "application/problem+json")
+
+
+_USER_AGENT = "pytest-laya"
+
+
+@dataclass
+class Attempt:
+    """What one attempt produced: a whole response, or how the transport failed."""
+
+    status: int | None = None
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    body: bytes = b""
+    failure: TransportFailure | None = None
+    cause: BaseException | None = None
+    oversized: bool = False
+
+
+class BodyCollector:
+    """Collects a response body up to `MAX_RESPONSE_BYTES`, for both clients' read loops."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep `chunk`; False once the body is over the cap (stop reading)."""
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        return self._size <= MAX_RESPONSE_BYTES
+
+    def into(self, attempt: Attempt, response: httpx.Response, *, complete: bool) -> None:
+        attempt.status, attempt.headers = response.status_code, response.headers
+        attempt.body, attempt.oversized = b"".join(self._chunks), not complete
+
+
+def media_type(headers: httpx.Headers) -> str:
+    return headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def is_json_media(media: str) -> bool:
+    return media in _JSON_MEDIA or media.endswith("+json")
+
+
+class IdentityCache:
+    """`/health` identities, trusted for `IDENTITY_TTL_S`; shared rules, no I/O."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._health: Health | None = None
+        self._read_at = -float("inf")
+
+    def fresh(self) -> Health | None:
+        if self._clock() - self._read_at < IDENTITY_TTL_S:
+            return self._health
+        return None
+
+    def store(self, health: Health | None) -> None:
+        # A failed read is remembered too, so a server without /health is not asked per call.
+        self._health = health
+        self._read_at = self._clock()
+
+
+class DecisionCall:
+    """One decision's request and the reading of its answer, independent of sync or async."""
+
+    def __init__(
+        self,
+        settings: ClientSettings,
+        state: Any,
+        questions: Questions,
+        *,
+        model: str | None,
+        request_id: str | None,
+        allow_truncation: bool,
+    ) -> None:
+        self.settings = settings
+        self.asked: dict[str, AskedQuestion] = normalize_questions(questions)
+        self.model = model if model is not None else settings.model
+        if request_id is not None and not is_valid_request_id(request_id):
+            raise LayaConfigError(
+                "request_id must be 1-128 visible ASCII characters (no spaces)", code="bad_setting"
+            )
+        self.request_id = request_id or new_request_id()
+        self.allow_truncation = allow_truncation
+        payload: dict[str, Any] = {"state": state, "questions": {q.id: dict(q.wire) for q in self.asked.values()}}
+        if self.model is not None:
+            payload["model"] = self.model
+        try:
+            self.body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise LayaConfigError(f"the state and questions must be JSON-serializable: {exc}", code="bad_setting") from None
+        self.headers = request_headers(settings, self.request_id)
+
+    def error(self, error: LayaError, status: int | None = None) -> LayaError:
+        return error.with_context(status=status, request_id=self.request_id, url=redact_url(self.settings.url))
+
+    def failure_error(self, attempt: Attempt, attempts: int) -> LayaCallError:
+        kind = attempt.failure
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        url = redact_url(self.settings.url)
+        if kind is TransportFailure.TIMED_OUT:
+            message = f"no complete answer from {url} within the {self.settings.timeout_s:g}s deadline{tried}"
+        elif kind is TransportFailure.REFUSED:
+            message = f"could not connect to {url}{tried}: is the server running?"
+        else:
+            message = f"the connection to {url} dropped before a complete response{tried}"
+        cause = attempt.cause
+        if cause is not None and kind is not TransportFailure.TIMED_OUT:
+            message += f" ({type(cause).__name__}: {cause})" if str(cause) else f" ({type(cause).__name__})"
+        return self.error(LayaCallError(message, code=kind.value if kind else "connection_dropped"))  # type: ignore[return-value]
+
+    def response_error(self, attempt: Attempt, attempts: int) -> LayaError:
+        status = attempt.status or 0
+        said = read_server_error(status, attempt.headers.get("content-type"), attempt.body)
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        kwargs = dict(status=status, server_code=said.code, server_detail=said.detail)
+        if status == 401:
+            hint = ("the API key was refused: check --laya-api-key / LAYA_SERVED_API_KEY"
+                    if self.settings.api_key else "the server needs an API key: pass api_key=... or set LAYA_SERVED_API_KEY")
+            return self.error(LayaConfigError(hint, code="unauthorized", **kwargs))
+        if status in (502, 503, 504):
+            return self.error(LayaCallError(f"the server is unavailable{tried}", code="unavailable", **kwargs))
+        if status >= 500:
+            return self.error(LayaCallError("the server failed to answer", code="server_error", **kwargs))
+        return self.error(LayaCallError("the server rejected the request", code="rejected", **kwargs))
+
+    def read_answer(self, attempt: Attempt) -> tuple[dict[str, Any], Decision]:
+        """Turn a 200 into a Decision (identity still to be filled), or raise."""
+        if attempt.oversized:
+            raise self.error(LayaCallError(f"response body larger than {MAX_RESPONSE_BYTES} bytes", code="bad_response"), 200)
+        media = media_type(attempt.headers)
+        if not is_json_media(media):
+            raise self.error(LayaCallError(f"HTTP 200 with Content-Type {media or 'missing'!r}, expected application/json", code="bad_response"), 200)
+        try:
+            body = json.loads(attempt.body)
+        except ValueError as exc:
+            raise self.error(LayaCallError(f"HTTP 200 body is not valid JSON ({exc})", code="bad_response"), 200) from None
+        if not isinstance(body, dict):
+            raise self.error(LayaCallError(f"HTTP 200 body must be a JSON object, got {type(body).__name__}", code="bad_response"), 200)
+        try:
+            answers = parse_answers(body.get("answers"), self.asked)
+            usage = parse_usage(body.get("usage"))
+            served_by = parse_served_by(body.get("served_by"))
+        except LayaError as exc:
+            raise self.error(exc, 200) from None
+        routing = body.get("routing") if isinstance(body.get("routing"), Mapping) else None
+        routed = routing.get("model") if routing else None
+        if self.model is not None and isinstance(routed, str) and routed != self.model:
+            raise self.error(LayaConfigError(
+                f"asked for model {self.model!r} but the server routed to {routed!r}: it does not serve that name"
+                " (check LAYA_SERVED_MODEL / model=...)", code="model_ignored"), 200)
+        if usage.truncated and not self.allow_truncation:
+            raise self.error(LayaConfigError(
+                "the server cut the input to fit its token window: shorten the state or questions,"
+                " or pass allow_truncation=True", code="token_window_full"), 200)
+        provenance = Provenance(
+            url=self.settings.url,
+            request_id=attempt.headers.get(REQUEST_ID_HEADER) or self.request_id,
+            served_by=served_by,
+            server_timing=parse_server_timing(attempt.headers.get("server-timing")),
+            routing=routing,
+        )
+        decision = Decision(answers=answers, usage=usage, model=served_by.model if served_by else None, provenance=provenance)
+        return body, decision
+
+    def conclude(self, attempt: Attempt, attempts: int) -> tuple[dict[str, Any], Decision]:
+        """The last attempt's outcome: a Decision (identity still to fill in), or the error."""
+        if attempt.failure is not None:
+            raise self.failure_error(attempt, attempts)
+        if attempt.status != 200:
+            raise self.response_error(attempt, attempts)
+        return self.read_answer(attempt)
+
+    def next_step(self, attempt: Attempt, number: int, deadline: Deadline, policy: RetryPolicy) -> Retry | None:
+        if attempt.failure is not None:
+            return policy.after_failure(attempt.failure, number, deadline)
+        return policy.after_response(attempt.status or 0, attempt.headers, number, deadline)
+
+
+def request_headers(settings: ClientSettings, request_id: str) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, application/problem+json",
+        "User-Agent": _USER_AGENT,
+        REQUEST_ID_HEADER: request_id,
+        # W3C trace context: one trace per decision, so a retry shows as the same operation.
+        "traceparent": new_traceparent(),
+    }
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    return headers
+
+
+def with_identity(decision: Decision, identity: ServedIdentity | None) -> Decision:
+    if identity is None:
+        return decision
+    return Decision(answers=decision.answers, usage=decision.usage, model=identity.model, provenance=decision.provenance)
+
+
+def routing_identity(body: Mapping[str, Any]) -> ServedIdentity | None:
+    routing = body.get("routing")
+    repo = routing.get("repo") if isinstance(routing, Mapping) else None
+    return ServedIdentity(checkpoint=repo, source="routing") if isinstance(repo, str) and repo else None
+
+
+def health_from(attempt: Attempt) -> Health | None:
+    if attempt.status != 200 or not is_json_media(media_type(attempt.headers)):
+        return None
+    try:
+        raw = json.loads(attempt.body)
+    except ValueError:
+        return None
+    return Health(raw) if isinstance(raw, dict) else None
+
+
+def routed_names(body: Mapping[str, Any], model: str | None) -> tuple[str | None, str | None]:
+    routing = body.get("routing") if isinstance(body.get("routing"), Mapping) else {}
+    routed = routing.get("model") if isinstance(routing.get("model"), str) else model
+    repo = routing.get("repo") if isinstance(routing.get("repo"), str) else None
+    return routed, repo
+
+
+def classify_failure(exc: httpx.TransportError) -> TransportFailure:
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportFailure.TIMED_OUT
+    if isinstance(exc, httpx.ConnectError):
+        return TransportFailure.REFUSED
+    return TransportFailure.DROPPED

@@ -1,0 +1,253 @@
+"""`FakeLayaServer`: the fake on a real loopback port, with the fault script downstream tests need."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_laya.fake.answers import FakeLaya
+from pytest_laya.fake.flavours import TARGET
+from pytest_laya.faults import (
+    DEFAULT_GARBAGE,
+    Action,
+    Delay,
+    Handler,
+    ReceivedRequest,
+    Refuse,
+    ResetBeforeHeaders,
+    ResetMidBody,
+    Respond,
+    ScriptedServer,
+    Trickle,
+    Truncate,
+)
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, child_traceparent, is_valid_request_id, new_request_id
+from pytest_laya.wire.routes import JSON_MEDIA_TYPE
+
+__all__ = [
+    "FakeLayaServer",
+    "serve",
+]
+
+
+_SERVER = "pytest-laya-fake"
+
+
+class FakeLayaServer:
+    """A fake Laya on ``http://127.0.0.1:<free port>``, with a fault script.
+
+    Use it as a context manager (or call :meth:`start` / :meth:`stop`) and point a client at
+    :attr:`url`. Every request is answered by :class:`FakeLaya` in the chosen `flavor`, unless a
+    fault method queued an action for it: each call queues actions for the next request(s), in
+    arrival order and whatever their route, and normal answers resume once they are used up.
+    With `api_key` set, decisions need ``Authorization: Bearer <api_key>``, and /health (and
+    /readyz) show only liveness without it. Every request is kept in :attr:`requests`.
+    """
+
+    def __init__(
+        self,
+        *,
+        flavor: str = TARGET,
+        api_key: str | None = None,
+        model: str = "fake-laya",
+        revision: str = "fake-0",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ValueError("api_key must be a non-empty string or None")
+        self.laya = FakeLaya(model=model, revision=revision, flavor=flavor)
+        self._expected_auth = f"Bearer {api_key}".encode("utf-8") if api_key else None
+        self._server = ScriptedServer(default=self._dispatch, host=host, port=port)
+
+    # ----------------------------------------------------------------- lifecycle and state
+
+    @property
+    def flavor(self) -> str:
+        return self.laya.flavor
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:PORT`` (after :meth:`start`)."""
+        return self._server.url
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def requests(self) -> list[ReceivedRequest]:
+        """Every request received, in arrival order."""
+        return self._server.requests
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions the fake raised while answering (a bug in the fake, or in a raw Handler)."""
+        return self._server.errors
+
+    @property
+    def pending(self) -> int:
+        """Fault-script actions not yet used."""
+        return self._server.pending
+
+    @property
+    def listening(self) -> bool:
+        """False while a :meth:`refuse` window is in effect."""
+        return self._server.listening
+
+    def start(self) -> "FakeLayaServer":
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> "FakeLayaServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
+        return self._server.wait_for_requests(count, timeout)
+
+    def __repr__(self) -> str:
+        return f"<FakeLayaServer {self.flavor} {self._server!r}>"
+
+    # ----------------------------------------------------------------- the fault script
+
+    def refuse(self, for_s: float = 1.0) -> "FakeLayaServer":
+        """Refuse connections for `for_s` seconds (ECONNREFUSED), then listen again.
+
+        Queued on an empty script it starts at once; after other queued faults it starts once
+        the request before it is answered (see :class:`~pytest_laya.faults.Refuse`).
+        """
+        self._server.enqueue(Refuse(for_s))
+        return self
+
+    def reset(self, *, mid_body: bool = False, after_bytes: int | None = None) -> "FakeLayaServer":
+        """The next request's connection is reset (TCP RST): before any byte, or, with
+        `mid_body`, after the headers and part of the real answer (`after_bytes`, default half)."""
+        if not mid_body:
+            if after_bytes is not None:
+                raise ValueError("after_bytes applies to reset(mid_body=True) only")
+            self._server.enqueue(ResetBeforeHeaders())
+            return self
+        if after_bytes is not None and (isinstance(after_bytes, bool) or not isinstance(after_bytes, int) or after_bytes < 0):
+            raise ValueError(f"after_bytes must be an int >= 0, got {after_bytes!r}")
+
+        def cut(request: ReceivedRequest) -> Action:
+            response = self._dispatch(request)
+            size = len(response.payload)
+            return ResetMidBody(response, after_bytes=None if after_bytes is None else min(after_bytes, size - 1))
+
+        self._server.enqueue(Handler(cut))
+        return self
+
+    def delay(self, seconds: float) -> "FakeLayaServer":
+        """The next request is answered normally, `seconds` after it arrived."""
+        self._server.enqueue(Delay(seconds, Handler(self._dispatch)))
+        return self
+
+    def trickle(self, *, chunk_size: int = 1, interval_s: float = 0.1) -> "FakeLayaServer":
+        """The next real answer: headers at once, then `chunk_size` bytes every `interval_s`."""
+        Trickle(Respond(200, b"x"), chunk_size=chunk_size, interval_s=interval_s)  # check the arguments now
+        self._server.enqueue(Handler(lambda request: Trickle(self._dispatch(request), chunk_size=chunk_size,
+                                                             interval_s=interval_s)))
+        return self
+
+    def status(self, code: int, *, retry_after: int | None = None, detail: str | None = None) -> "FakeLayaServer":
+        """The next request gets HTTP `code` with the flavor's spec-correct error body.
+
+        Target: problem+json with the documented code (503 ``overloaded``, 502
+        ``backend_unavailable``, ...); laya-serve: ``{"detail": <laya-serve's text>}``, and for 502
+        / 504 omni-jev's text/plain ``backend unavailable\\n`` / ``backend timed out\\n``. A 503
+        always has Retry-After (`retry_after`, default 1). `detail` replaces the text.
+        """
+        self.laya.refusal(code, retry_after=retry_after)  # check the arguments now, not mid-request
+
+        def respond(request: ReceivedRequest) -> Action:
+            questions = None
+            try:
+                parsed = json.loads(request.body) if request.body else None
+                questions = parsed.get("questions") if isinstance(parsed, dict) else None
+            except ValueError:
+                pass
+            status, headers, body = self.laya.refusal(code, detail=detail, retry_after=retry_after,
+                                                      request_id=request.header(REQUEST_ID_HEADER),
+                                                      questions=questions)
+            return self._respond(status, headers, body)
+
+        self._server.enqueue(Handler(respond))
+        return self
+
+    def garbage_body(self, *, status: int = 200, body: bytes = DEFAULT_GARBAGE) -> "FakeLayaServer":
+        """The next request gets a well-framed `status` that claims JSON and is not JSON."""
+        try:
+            json.loads(body)
+        except ValueError:
+            pass
+        else:
+            raise ValueError(f"garbage body {body!r} is valid JSON")
+
+        def respond(request: ReceivedRequest) -> Action:
+            headers = {"Content-Type": JSON_MEDIA_TYPE, "Connection": "close", "Server": _SERVER}
+            if self.flavor == TARGET:
+                headers[REQUEST_ID_HEADER] = self._request_id(request)
+            return Respond(status, body, headers=headers)
+
+        self._server.enqueue(Handler(respond))
+        return self
+
+    def truncate(self, after_bytes: int = 20) -> "FakeLayaServer":
+        """The next real answer is cut after `after_bytes` body bytes and the connection closed
+        cleanly (Content-Length promises more)."""
+        if isinstance(after_bytes, bool) or not isinstance(after_bytes, int) or after_bytes < 0:
+            raise ValueError(f"after_bytes must be an int >= 0, got {after_bytes!r}")
+
+        def cut(request: ReceivedRequest) -> Action:
+            response = self._dispatch(request)
+            return Truncate(response, after_bytes=min(after_bytes, len(response.payload) - 1))
+
+        self._server.enqueue(Handler(cut))
+        return self
+
+    def script(self, *actions: Action) -> "FakeLayaServer":
+        """Queue raw :mod:`pytest_laya.faults` actions (Respond, Delay, Handler, ...)."""
+        self._server.enqueue(*actions)
+        return self
+
+    def normal_response(self, request: ReceivedRequest) -> Respond:
+        """The normal answer to `request`, as a Respond: a building block for raw scripts,
+        e.g. ``server.script(Handler(lambda r: Trickle(server.normal_response(r), chunk_size=8)))``."""
+        return self._dispatch(request)
+
+    # ----------------------------------------------------------------- HTTP
+
+    def _respond(self, status: int, headers: Mapping[str, str], body: Any) -> Respond:
+        return Respond(status, body, headers={**headers, "Server": _SERVER})
+
+    def _request_id(self, request: ReceivedRequest) -> str:
+        supplied = request.header(REQUEST_ID_HEADER) or ""
+        return supplied if is_valid_request_id(supplied) else new_request_id()
+
+    def _authorized(self, request: ReceivedRequest) -> bool:
+        if self._expected_auth is None:
+            return True
+        supplied = (request.header("authorization") or "").encode("latin-1", "replace")
+        return hmac.compare_digest(supplied, self._expected_auth)
+
+    def _dispatch(self, request: ReceivedRequest) -> Respond:
+        status, headers, body = self.laya._flavour.exchange(self.laya, request, authorized=self._authorized(request))
+        if self.flavor == TARGET:
+            trace = child_traceparent(request.header("traceparent"))
+            if trace:  # continue the caller's trace with a span of our own
+                headers["traceparent"] = trace
+        return self._respond(status, headers, body)
+
+
+def serve(**kwargs: Any) -> FakeLayaServer:
+    """A started :class:`FakeLayaServer` (stop it, or use ``with serve(...) as server``)."""
+    return FakeLayaServer(**kwargs).start()

@@ -1,0 +1,85 @@
+"""What a run reports: the terminal section, the JSON report, and the end-of-run conclusions.
+
+After a run of the whole suite (no -k/-m, no paths or node ids but the rootdir or testpaths,
+nothing deselected, no --lf/--ff, no collection error, not stopped early) in replay or record
+mode, cassettes that pytest-laya wrote and no test used are listed as unused, in the terminal
+and as ``unused_cassettes`` in the JSON report (null when not computed). That never fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
+from pytest_laya.plugin.unused import find_unused, selection_problems
+
+__all__ = ["conclude", "summary", "write_terminal_summary"]
+
+
+def summary(run: LayaRun) -> dict[str, Any]:
+    """The JSON report's document."""
+    return {
+        "mode": run.mode,
+        "servers": run.servers,
+        "cassettes": dict(run.cassettes),
+        "conformance": run.conformance.rows() if run.conformance else [],
+        "unused_cassettes": run.unused_cassettes,
+        "verify": run.verify.results if run.verify else None,
+        "notes": {section: list(lines) for section, lines in run.notes.items()},
+    }
+
+
+def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
+    """At the end of the session: hand a worker's part to xdist, or work out unused cassettes and
+    write the JSON report."""
+    config = session.config
+    if session.shouldfail or session.shouldstop or exitstatus == pytest.ExitCode.INTERRUPTED:
+        run.partial.append("stopped early")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
+        config.workeroutput[WORKEROUTPUT_KEY] = run.export()  # type: ignore[attr-defined]
+        return
+    if run.ran < run.collected:
+        run.partial.append(f"{run.collected - run.ran} of {run.collected} collected tests did not run")
+    run.unused_cassettes = None
+    if run.mode in ("replay", "record") and not run.partial and not selection_problems(config):
+        run.unused_cassettes = find_unused(run, config.rootpath)
+    if run.report is not None:
+        run.report.parent.mkdir(parents=True, exist_ok=True)
+        tmp = run.report.with_name(run.report.name + ".tmp")
+        tmp.write_text(json.dumps(summary(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, run.report)
+
+
+def write_terminal_summary(tr: Any, run: LayaRun) -> None:
+    """The ``pytest-laya`` section of the terminal summary (nothing when the run saw no Laya)."""
+    report = summary(run)
+    unused = report["unused_cassettes"] or []
+    if not report["servers"] and not any(report["cassettes"].values()) and not unused and not run.notes:
+        return
+    tr.section("pytest-laya")
+    c = report["cassettes"]
+    tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
+    tr.line(f"cassettes: {c.get('played', 0)} played, {c.get('recorded', 0)} recorded, "
+            f"{c.get('unchanged', 0)} re-recorded unchanged, {c.get('discarded', 0)} discarded (test failed)")
+    for section, lines in run.notes.items():  # before the conformance table, which ends the section
+        tr.line(f"{section}:")
+        for line in lines:
+            tr.line(f"  {line}")
+    if run.notes and report["conformance"]:
+        tr.line("conformance (each server's responses, against each spec):")
+    for row in report["conformance"]:
+        tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
+                f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")
+    if run.verify:
+        for number, line in enumerate(run.verify.lines()):
+            tr.line(line, red=number > 0)
+    if c.get("discarded"):
+        tr.line("a test failed while recording: its old cassette was kept; fix the test and run --laya-record again")
+    if unused:
+        tr.line(f"unused cassettes: {len(unused)} (delete them or run the tests that own them)", yellow=True)
+        for path in unused:
+            tr.line(f"  {path}")

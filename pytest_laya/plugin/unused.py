@@ -1,0 +1,105 @@
+"""Which cassettes no test used, and whether this run may say so.
+
+Unused cassettes are reported only when the whole suite ran (syrupy's rule): a partial run
+(`-k`, node ids, deselection, `-x`, ...) would call every cassette it did not reach unused.
+Only files pytest-laya wrote are counted, so other vcrpy cassettes sharing the directories
+(pytest-recording uses the same layout) are never listed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.plugin.run import LayaRun
+
+__all__ = ["selection_problems", "find_unused", "is_laya_cassette"]
+
+# How a file pytest-laya wrote is told from other vcrpy cassettes sharing its directory
+# (pytest-recording's use the same <module>/<test>.yaml layout): it has `metadata.pytest_laya`.
+LAYA_METADATA = re.compile(rb"(?m)^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+pytest_laya:")
+# Options that run part of the suite (their `config.option` names and how they are spelt).
+PARTIAL_OPTIONS = (
+    ("keyword", "-k"), ("markexpr", "-m"), ("lf", "--lf"), ("failedfirst", "--ff"), ("stepwise", "--sw"),
+    ("stepwise_skip", "--sw-skip"), ("deselect", "--deselect"), ("ignore", "--ignore"),
+    ("ignore_glob", "--ignore-glob"), ("collectonly", "--collect-only"), ("setuponly", "--setup-only"),
+    ("setupplan", "--setup-plan"), ("showfixtures", "--fixtures"), ("show_fixtures_per_test", "--fixtures-per-test"),
+)
+
+
+def selection_problems(config: pytest.Config) -> list[str]:
+    """Why the command line does not select the whole suite (empty when it does)."""
+    opt = config.option
+    why = [flag for name, flag in PARTIAL_OPTIONS if getattr(opt, name, None)]
+    if not _whole_suite_args(config):
+        why.append("paths or node ids given")
+    return why
+
+
+def _whole_suite_args(config: pytest.Config) -> bool:
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        return True
+    if getattr(config.option, "pyargs", False):
+        return False
+
+    def norm(path: str | os.PathLike[str]) -> str:
+        return os.path.normcase(os.path.abspath(path))
+
+    cwd = config.invocation_params.dir
+    given = set()
+    for arg in config.args:
+        if "::" in arg:
+            return False
+        given.add(norm(cwd / arg))
+    root = config.rootpath
+    if norm(root) in given:
+        return True
+    import glob
+
+    wanted = {norm(found) for pattern in config.getini("testpaths")
+              for found in glob.glob(os.path.join(root, pattern), recursive=True)}
+    return bool(wanted) and given == wanted
+
+
+def is_laya_cassette(path: Path) -> bool:
+    try:
+        return LAYA_METADATA.search(path.read_bytes()) is not None
+    except OSError:
+        return False
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def find_unused(run: "LayaRun", root: Path) -> list[str]:
+    """Cassettes pytest-laya wrote, in the cassette directories in use, that no test used."""
+
+    def directory_of(module: Path) -> Path:
+        return (run.cassette_dir or module.parent / "cassettes").resolve()
+
+    directories = {run.cassette_dir.resolve()} if run.cassette_dir else {directory_of(m) for m in run.modules}
+    kept = {directory_of(m) / cassette_relpath(f"{m.name}::_").parent for m in run.skipped_modules}
+    found = set()
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for path in directory.rglob("*" + CASSETTE_SUFFIX):
+            if path.name.startswith(".") or not path.is_file():
+                continue  # half-written temporary files and hidden ones are not cassettes
+            path = path.resolve()
+            if path in run.used_cassettes or any(k == path.parent or k in path.parents for k in kept):
+                continue
+            if is_laya_cassette(path):
+                found.add(path)
+    return sorted(_shown(p, root.resolve()) for p in found)

@@ -1,0 +1,58 @@
+"""`--laya-mode=verify`: run live while the cassette is kept aside, and compare every answer.
+
+The live exchanges are captured by a record-mode cassette that is never saved, so they are
+scrubbed and normalised exactly as a re-recording would store them; drift fails the test at
+teardown with the differences and the command that records the cassette again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_laya.plugin.run import LayaRun
+
+__all__ = ["verify_test_cassette"]
+
+
+def _rerecord_command(request: pytest.FixtureRequest, run: LayaRun) -> str:
+    from pytest_laya.client.settings import redact_url
+
+    invoked = Path(request.config.invocation_params.dir)
+    test = os.path.relpath(request.node.path, invoked) if Path(request.node.path).is_relative_to(invoked) \
+        else str(request.node.path)
+    test += "::" + request.node.nodeid.partition("::")[2] if "::" in request.node.nodeid else ""
+    command = f"pytest '{test}' --laya-record" + (f" --laya-url {redact_url(run.url)}" if run.url else "")
+    if request.config.option.laya_cassette_dir:
+        command += f" --laya-cassette-dir {request.config.option.laya_cassette_dir}"
+    return command
+
+
+def verify_test_cassette(request: pytest.FixtureRequest, run: LayaRun, server: Any,
+                         directory: Path, relpath: Path, path: Path) -> Iterator[Any]:
+    from pytest_laya.cassettes import laya_vcr
+    from pytest_laya.cassettes.verify import verify_interactions
+    from pytest_laya.client.settings import redact_url
+
+    with laya_vcr(record=False, cassette_dir=directory, api_key=run.api_key, strict=False).cassette(relpath) as old:
+        missing = not old.exists
+        recorded = list(old.cassette.data)
+    live = laya_vcr(record=True, cassette_dir=directory, api_key=run.api_key, strict=False,
+                    record_hint="--laya-record")
+    with live.cassette(relpath) as handle:
+        try:
+            yield handle
+        finally:
+            handle.discard()  # verify never writes a cassette
+    invoked = Path(request.config.invocation_params.dir)
+    shown = os.path.relpath(path, invoked) if path.is_relative_to(invoked) else str(path)
+    result = verify_interactions(recorded, list(handle.cassette.data), path=shown,
+                                 rerecord=_rerecord_command(request, run), server=redact_url(server.url),
+                                 tolerance=run.verify_tolerance, missing=missing)
+    run.verifications().add(result)
+    if result.drifted:
+        pytest.fail(result.report(), pytrace=False)

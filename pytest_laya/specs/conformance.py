@@ -1,0 +1,106 @@
+"""Every exchange the kit sees, held to the spec its server claims and measured against both.
+
+A response that breaks its server's spec fails the test (`SpecViolationError`); how well each
+server meets each spec (operations and headers) is kept for the terminal summary and the JSON
+report, so a run against today's servers also shows how far they are from the target.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_laya.wire.exchange import Exchange
+from pytest_laya.specs.spec import Spec, Violation
+
+__all__ = ["Conformance", "SpecViolationError", "SPECS"]
+
+SPECS = {"current": Spec.current, "target": Spec.target}
+
+
+class SpecViolationError(AssertionError):
+    """A response broke the spec its server claims to implement."""
+
+    def __init__(self, exchange: Exchange, spec: str, violations: list[Violation], *,
+                 cassette: str | None = None) -> None:
+        self.violations = violations
+        self.cassette = cassette
+        listed = "\n".join(f"  {v}" for v in violations)
+        source = ""
+        if cassette:
+            source = (f"\nThe response was replayed from the cassette {cassette}: record it again with "
+                      f"--laya-record if the server changed, or fix the file if it was edited by hand.")
+        super().__init__(
+            f"{exchange.method} {exchange.path} -> {exchange.status} breaks the {spec} spec "
+            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}"
+        )
+
+
+@dataclass
+class _Tally:
+    operations: dict[str, bool] = field(default_factory=dict)
+    headers: dict[str, bool] = field(default_factory=dict)
+    exchanges: int = 0
+    violations: int = 0
+
+    def add(self, operation: str, documented: list[str], violations: list[Violation]) -> None:
+        self.exchanges += 1
+        self.violations += len(violations)
+        self.operations[operation] = self.operations.get(operation, True) and not violations
+        broken = {v.where.split("/")[2] for v in violations if v.where.startswith("/headers/")}
+        for name in documented:
+            key = f"{operation} {name}"
+            self.headers[key] = self.headers.get(key, True) and name not in broken
+
+
+class Conformance:
+    def __init__(self) -> None:
+        self._tallies: dict[tuple[str, str], _Tally] = defaultdict(_Tally)
+
+    def check(self, exchange: Exchange, *, server: str, claimed: str) -> list[Violation]:
+        """Record `exchange` against both specs; return the violations of the `claimed` one."""
+        claimed_violations: list[Violation] = []
+        for name, load in SPECS.items():
+            spec = load()
+            violations = spec.violations(exchange.method, exchange.path, exchange.status, exchange.headers, exchange.body)
+            operation = f"{exchange.method} {exchange.path.split('?')[0]}"
+            self._tallies[(server, name)].add(operation, spec.documented_headers(exchange.method, exchange.path, exchange.status), violations)
+            if name == claimed:
+                claimed_violations = violations
+        return claimed_violations
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for (server, spec), tally in sorted(self._tallies.items()):
+            out.append({
+                "server": server,
+                "spec": spec,
+                "exchanges": tally.exchanges,
+                "violations": tally.violations,
+                "operations_met": sum(tally.operations.values()),
+                "operations_seen": len(tally.operations),
+                "headers_met": sum(tally.headers.values()),
+                "headers_seen": len(tally.headers),
+                "operations_failing": sorted(op for op, ok in tally.operations.items() if not ok),
+                "operations": dict(sorted(tally.operations.items())),
+                "headers": dict(sorted(tally.headers.items())),
+            })
+        return out
+
+    def merge_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Fold in `rows()` of another `Conformance` (a pytest-xdist worker's), exactly.
+
+        Exchanges and violations add up; an operation or a header is met only if it is met in
+        every tally that saw it, so the merged counts are those one process would have seen.
+        """
+        for row in rows:
+            if not isinstance(row.get("operations"), dict) or not isinstance(row.get("headers"), dict):
+                raise ValueError("a conformance row without its 'operations' and 'headers' maps cannot be merged exactly")
+            tally = self._tallies[(row["server"], row["spec"])]
+            tally.exchanges += int(row["exchanges"])
+            tally.violations += int(row["violations"])
+            for operation, met in row["operations"].items():
+                tally.operations[operation] = tally.operations.get(operation, True) and bool(met)
+            for header, met in row["headers"].items():
+                tally.headers[header] = tally.headers.get(header, True) and bool(met)

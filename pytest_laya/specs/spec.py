@@ -1,0 +1,519 @@
+"""Validating served-Laya traffic against the two OpenAPI 3.1 specs.
+
+`Spec.current()` describes what today's servers do, `Spec.target()` what a served Laya should
+do. `violations(...)` checks one response (status, media type, documented headers, body) and
+returns a list: empty means it conforms. Nothing here raises on bad traffic, because a test
+wants every problem with an exchange at once; only an unusable spec file raises `SpecError`.
+
+The whole document is one `referencing` resource, so `$ref`s resolve anywhere in it, and a
+validator is compiled once per (operation, status, media type) and reused: resolving refs is
+what makes naive OpenAPI validation slow.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import yaml
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from pytest_laya.specs.schema_compiler import compile_schema
+from pytest_laya.wire import pointer as json_pointer
+
+__all__ = ["Spec", "Violation", "SpecError", "Operation", "CURRENT_SPEC_FILE", "TARGET_SPEC_FILE"]
+
+CURRENT_SPEC_FILE = "laya-systemone.current.openapi.yaml"
+TARGET_SPEC_FILE = "laya-systemone.openapi.yaml"
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+_JSON_MEDIA = re.compile(r"^application/(.+\+)?json$")
+_SHORT = 120
+
+_formats = FormatChecker()
+
+
+@_formats.checks("uri-reference", raises=ValueError)
+def _is_uri_reference(value: object) -> bool:
+    # jsonschema checks uri-reference only when an optional package is installed; a check that
+    # silently does nothing is worse than this small RFC 3986 one.
+    if not isinstance(value, str):
+        return True
+    return re.fullmatch(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", value) is not None and " " not in value
+
+
+_FORMAT_CHECKS = {name: check for name, (check, _raises) in _formats.checkers.items()}
+
+
+class SpecError(Exception):
+    """A spec file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One way an exchange breaks the spec.
+
+    `where` is a JSON pointer into the exchange seen as a document: ``/status``, ``/method``,
+    ``/path``, ``/headers/<lower-case name>`` or ``/body/...``. `rule` is a pointer into the
+    spec to the definition that was broken.
+    """
+
+    where: str
+    expected: str
+    actual: str
+    rule: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.where}: expected {self.expected}, got {self.actual}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    pointer: str
+    definition: Mapping[str, Any]
+
+    @property
+    def status(self) -> str | None:
+        """`x-status` (implemented | planned), where the spec gives one."""
+        return self.definition.get("x-status")
+
+
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
+
+
+def _media_of(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("content-type")
+    return value.split(";")[0].strip().lower() if value else None
+
+
+def _lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> dict[str, str]:
+    if headers is None:
+        return {}
+    items = headers.items() if hasattr(headers, "items") else headers
+    out: dict[str, str] = {}
+    for key, value in items:
+        key = key.decode("latin-1") if isinstance(key, bytes) else key
+        value = value.decode("latin-1") if isinstance(value, bytes) else value
+        out[key.lower()] = value if key.lower() not in out else out[key.lower()] + ", " + value
+    return out
+
+
+def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:
+    """(extra path, expected, actual) for one leaf error, in words a test reader wants."""
+    keyword, value, instance = error.validator, error.validator_value, error.instance
+    if keyword == "required":
+        missing = next((name for name in value if isinstance(instance, Mapping) and name not in instance), None)
+        if missing is not None:
+            return [missing], "a required property", "absent"
+    if keyword == "additionalProperties" and isinstance(instance, Mapping):
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in instance if k not in known)
+        return [], f"no properties beyond {sorted(known)}", f"extra {extra}"
+    if keyword == "type":
+        return [], f"type {value}", f"{type(instance).__name__} {_short(instance)}"
+    words = {
+        "const": lambda: f"the value {_short(value)}",
+        "enum": lambda: f"one of {_short(value)}",
+        "minimum": lambda: f">= {value}",
+        "maximum": lambda: f"<= {value}",
+        "exclusiveMinimum": lambda: f"> {value}",
+        "exclusiveMaximum": lambda: f"< {value}",
+        "pattern": lambda: f"a string matching {value}",
+        "minLength": lambda: f"at least {value} characters",
+        "maxLength": lambda: f"at most {value} characters",
+        "minItems": lambda: f"at least {value} items",
+        "maxItems": lambda: f"at most {value} items",
+        "minProperties": lambda: f"at least {value} properties",
+        "maxProperties": lambda: f"at most {value} properties",
+        "format": lambda: f"format {value}",
+        "uniqueItems": lambda: "unique items",
+    }
+    expected = words[keyword]() if keyword in words else f"{keyword} {_short(value)}"
+    return [], expected, _short(instance)
+
+
+def _is_wrong_branch(errors: list[ValidationError]) -> bool:
+    # A branch rejected by a const/enum on one of the object's own properties is a different
+    # variant (type "choice" vs "score"), not the one the data meant.
+    return any(e.validator in ("const", "enum") and len(e.relative_path) == 1 for e in errors)
+
+
+def _leaves(error: ValidationError, base: list[Any]) -> list[tuple[list[Any], str, str]]:
+    path = base + list(error.relative_path)
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        branches: dict[Any, list[ValidationError]] = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        meant = [errs for errs in branches.values() if not _is_wrong_branch(errs)]
+        if len(meant) == 1:
+            return [leaf for sub in meant[0] for leaf in _leaves(sub, path)]
+        discriminator = error.schema.get("discriminator") if isinstance(error.schema, Mapping) else None
+        if isinstance(discriminator, Mapping) and isinstance(error.instance, Mapping):
+            prop = discriminator.get("propertyName")
+            options = list(discriminator.get("mapping", {})) or "a documented variant"
+            return [(path + [prop], f"one of {_short(options)}", _short(error.instance.get(prop, "absent")))]
+        described = []
+        for number, errs in enumerate(branches.values(), 1):
+            leaves = [leaf for sub in errs for leaf in _leaves(sub, path)]
+            described.append(f"[{number}] " + "; ".join(f"{json_pointer.pointer(p) or '/'} {e}" for p, e, _ in leaves[:3]))
+        return [(path, "exactly one variant to match, but each failed: " + " | ".join(described), _short(error.instance))]
+    extra, expected, actual = _expectation(error)
+    return [(path + extra, expected, actual)]
+
+
+class Spec:
+    """One OpenAPI 3.1 document, ready to validate exchanges against."""
+
+    def __init__(self, document: Mapping[str, Any], *, name: str, source: str = "<memory>") -> None:
+        self.document = document
+        self.name = name
+        self.source = source
+        _check_document(document, source)
+        self._uri = f"urn:pytest-laya:spec:{quote(name)}"
+        resource = Resource.from_contents(document, default_specification=DRAFT202012)
+        self._registry: Registry = Registry().with_resource(self._uri, resource).crawl()
+        self._validators: dict[str, Draft202012Validator] = {}
+        # Accept-path predicates (see schema_compiler); None where a schema cannot be compiled.
+        self._predicates: dict[str, Callable[[Any], bool] | None] = {}
+        self._lock = threading.Lock()
+        self._routes = _routes(document)
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_path(cls, path: str | Path, *, name: str | None = None) -> "Spec":
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot read spec {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"spec {path} is not UTF-8 text: {exc}") from None
+        try:
+            document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError as exc:
+            raise SpecError(f"spec {path} is not valid YAML: {exc}") from None
+        return cls(document, name=name or path.name.split(".openapi")[0], source=str(path))
+
+    @classmethod
+    def current(cls) -> "Spec":
+        """What today's servers do (laya-serve 0.4.15 and 0.3.20, system1-omni's worker, omni-jev)."""
+        return _bundled(CURRENT_SPEC_FILE, "current")
+
+    @classmethod
+    def target(cls) -> "Spec":
+        """What a served Laya should do; the reference server implements it."""
+        return _bundled(TARGET_SPEC_FILE, "target")
+
+    def __repr__(self) -> str:
+        return f"Spec({self.name!r}, source={self.source!r})"
+
+    # -- lookup -------------------------------------------------------------------------
+
+    def operations(self) -> list[Operation]:
+        return [op for _, ops in self._routes for op in ops.values()]
+
+    def operation(self, method: str, path: str) -> Operation | None:
+        found = self._route(path)
+        return None if found is None else found.get(method.lower())
+
+    def _route(self, path: str) -> dict[str, Operation] | None:
+        path = path.split("?", 1)[0].split("#", 1)[0] or "/"
+        for pattern, ops in self._routes:
+            if pattern.fullmatch(path):
+                return ops
+        return None
+
+    def _locate(self, method: str, path: str) -> tuple[Operation | None, list[Violation]]:
+        ops = self._route(path)
+        if ops is None:
+            known = sorted({op.path for op in self.operations()})
+            return None, [Violation("/path", f"one of the paths of the {self.name} spec {known}", _short(path))]
+        op = ops.get(method.lower())
+        if op is None:
+            return None, [Violation("/method", f"one of {sorted(m.upper() for m in ops)} for {path}", _short(method.upper()))]
+        return op, []
+
+    # -- validation ---------------------------------------------------------------------
+
+    def violations(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+        body: bytes | str | Any,
+    ) -> list[Violation]:
+        """Every way this response breaks the spec; empty when it conforms.
+
+        `body` may be the raw bytes, decoded text, or already-parsed JSON.
+        """
+        op, found = self._locate(method, path)
+        if op is None:
+            return found
+        responses = op.definition.get("responses", {})
+        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
+        if key is None:
+            documented = sorted(str(k) for k in responses)
+            return [Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
+                              rule=f"{op.pointer}/responses")]
+        pointer = f"{op.pointer}/responses/{json_pointer.escape(key)}"
+        response, pointer = self._deref(responses[key], pointer)
+        lowered = _lower_headers(headers)
+        problems = self._header_violations(response, pointer, lowered)
+        problems += self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
+                                             where="/body", kind="response")
+        return problems
+
+    def request_violations(self, method: str, path: str, body: bytes | str | Any,
+                           headers: Mapping[str, str] | None = None) -> list[Violation]:
+        """Every way a request body breaks the spec (unknown routes included)."""
+        op, found = self._locate(method, path)
+        if op is None:
+            return found
+        if "requestBody" not in op.definition:
+            empty = body in (None, b"", "")
+            return [] if empty else [Violation("/body", f"no body for {method.upper()} {op.path}", "a body")]
+        request, pointer = self._deref(op.definition["requestBody"], f"{op.pointer}/requestBody")
+        lowered = _lower_headers(headers) if headers else {}
+        return self._content_violations(request.get("content"), f"{pointer}/content", lowered, body,
+                                        where="/body", kind="request", default_media=True)
+
+    def schema_violations(self, ref: str, instance: Any, *, where: str = "") -> list[Violation]:
+        """Violations of any schema in the document, named by ref (``#/components/schemas/Question``).
+
+        `where` prefixes each violation's pointer, e.g. ``/questions/q1`` for one question of a
+        request, so a server can say exactly which part of a request is wrong.
+        """
+        if not ref.startswith("#"):
+            raise ValueError(f"ref must be a local JSON pointer such as '#/components/schemas/Question', got {ref!r}")
+        _resolvepointer(self.document, ref[1:], self.source)
+        return self._schema_violations(ref[1:], instance, where)
+
+    def documented_headers(self, method: str, path: str, status: int) -> list[str]:
+        """Lower-case names of the headers the spec documents for this response (none if undocumented)."""
+        op = self.operation(method, path)
+        responses = op.definition.get("responses", {}) if op else {}
+        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
+        if key is None:
+            return []
+        response, _ = self._deref(responses[key], "")
+        return [name.lower() for name in (response.get("headers") or {}) if name.lower() != "content-type"]
+
+    def is_valid(self, method: str, path: str, status: int, headers: Any, body: Any) -> bool:
+        return not self.violations(method, path, status, headers, body)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _deref(self, node: Any, pointer: str) -> tuple[Mapping[str, Any], str]:
+        seen = set()
+        while isinstance(node, Mapping) and "$ref" in node:
+            ref = node["$ref"]
+            if ref in seen:
+                raise SpecError(f"spec {self.source}: $ref loop at {ref}")
+            seen.add(ref)
+            pointer = ref[1:]
+            node = _resolvepointer(self.document, pointer, self.source)
+        return node, pointer
+
+    def _validator(self, pointer: str) -> Draft202012Validator:
+        validator = self._validators.get(pointer)
+        if validator is None:
+            with self._lock:
+                validator = self._validators.get(pointer)
+                if validator is None:
+                    validator = Draft202012Validator(
+                        {"$ref": f"{self._uri}#{pointer}"}, registry=self._registry, format_checker=_formats
+                    )
+                    self._validators[pointer] = validator
+        return validator
+
+    def _accepts(self, pointer: str, instance: Any) -> bool:
+        if pointer not in self._predicates:
+            self._predicates[pointer] = compile_schema(self.document, pointer, format_checks=_FORMAT_CHECKS)
+        predicate = self._predicates[pointer]
+        return predicate is not None and predicate(instance)
+
+    def _schema_violations(self, pointer: str, instance: Any, where: str) -> list[Violation]:
+        # Conforming traffic is the common case: the compiled predicate answers it at a small
+        # fraction of jsonschema's cost. Anything it does not accept goes through jsonschema,
+        # which stays the authority and says precisely what is wrong.
+        if self._accepts(pointer, instance):
+            return []
+        validator = self._validator(pointer)
+        if validator.is_valid(instance):
+            return []
+        found = []
+        for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.path))):
+            for path, expected, actual in _leaves(error, []):
+                found.append(Violation(where + json_pointer.pointer(path), expected, actual, rule="#" + pointer))
+        return found
+
+    def _header_violations(self, response: Mapping[str, Any], pointer: str, headers: Mapping[str, str]) -> list[Violation]:
+        problems = []
+        for name, definition in (response.get("headers") or {}).items():
+            if name.lower() == "content-type":
+                continue
+            header, header_pointer = self._deref(definition, f"{pointer}/headers/{json_pointer.escape(name)}")
+            where = f"/headers/{json_pointer.escape(name.lower())}"
+            value = headers.get(name.lower())
+            if value is None:
+                if header.get("required"):
+                    problems.append(Violation(where, f"header {name} (required)", "absent", rule="#" + header_pointer))
+                continue
+            if "schema" in header:
+                problems += self._schema_violations(f"{header_pointer}/schema", value, where)
+        return problems
+
+    def _content_violations(
+        self,
+        content: Mapping[str, Any] | None,
+        pointer: str,
+        headers: Mapping[str, str],
+        body: Any,
+        *,
+        where: str,
+        kind: str,
+        default_media: bool = False,
+    ) -> list[Violation]:
+        empty = body is None or (isinstance(body, (bytes, bytearray, str)) and len(body) == 0)
+        if not content:
+            return [] if empty else [Violation(where, f"no {kind} body", _short(body if not isinstance(body, bytes) else body[:_SHORT].decode("utf-8", "replace")), rule="#" + pointer)]
+        media = _media_of(headers)
+        if media is None:
+            if default_media and len(content) == 1:
+                media = next(iter(content))
+            elif isinstance(body, (bytes, bytearray, str)):
+                return [Violation("/headers/content-type", f"one of {sorted(content)}", "absent", rule="#" + pointer)]
+            else:
+                # Parsed JSON without headers: the caller vouches for a JSON media type.
+                media = next((m for m in content if _JSON_MEDIA.match(m)), next(iter(content)))
+        chosen = _match_media(media, content)
+        if chosen is None:
+            return [Violation("/headers/content-type", f"one of {sorted(content)}", _short(media), rule="#" + pointer)]
+        media_pointer = f"{pointer}/{json_pointer.escape(chosen)}"
+        definition = content[chosen]
+        if empty:
+            return [Violation(where, f"a {chosen} body", "an empty body", rule="#" + media_pointer)]
+        instance: Any = body
+        if isinstance(body, (bytes, bytearray)):
+            try:
+                instance = bytes(body).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})", rule="#" + media_pointer)]
+        if _JSON_MEDIA.match(chosen) and isinstance(instance, str):
+            try:
+                instance = json.loads(instance)
+            except ValueError as exc:
+                return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
+        if "schema" not in definition:
+            return []
+        return self._schema_violations(f"{media_pointer}/schema", instance, where)
+
+
+def _match_media(media: str, content: Mapping[str, Any]) -> str | None:
+    if media in content:
+        return media
+    major = media.split("/")[0]
+    for candidate in (f"{major}/*", "*/*"):
+        if candidate in content:
+            return candidate
+    return None
+
+
+def _resolvepointer(document: Any, pointer: str, source: str) -> Any:
+    node = document
+    for token in pointer.lstrip("/").split("/") if pointer not in ("", "/") else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            raise SpecError(f"spec {source}: $ref #{pointer} points to nothing")
+    return node
+
+
+def _routes(document: Mapping[str, Any]) -> list[tuple[re.Pattern[str], dict[str, Operation]]]:
+    routes = []
+    # Literal paths before templated ones, as OpenAPI asks.
+    for path in sorted(document["paths"], key=lambda p: ("{" in p, p)):
+        item = document["paths"][path]
+        pattern = re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path)))
+        ops = {
+            method: Operation(method=method, path=path, pointer=f"/paths/{json_pointer.escape(path)}/{method}", definition=item[method])
+            for method in _METHODS
+            if isinstance(item, Mapping) and isinstance(item.get(method), Mapping)
+        }
+        routes.append((pattern, ops))
+    return routes
+
+
+def _walk_refs(node: Any, trail: list[str]) -> Iterable[tuple[str, str]]:
+    if isinstance(node, Mapping):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref, json_pointer.pointer(trail)
+        for key, value in node.items():
+            yield from _walk_refs(value, trail + [key])
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk_refs(value, trail + [str(i)])
+
+
+def _check_document(document: Any, source: str) -> None:
+    """Fail now, naming the file, rather than later with a traceback from deep in a validator."""
+    if not isinstance(document, Mapping):
+        raise SpecError(f"spec {source}: expected an OpenAPI document (a mapping), got {type(document).__name__}")
+    version = document.get("openapi")
+    if not isinstance(version, str) or not version.startswith("3.1"):
+        raise SpecError(f"spec {source}: expected 'openapi: 3.1.x', got {version!r}")
+    if not isinstance(document.get("paths"), Mapping) or not document["paths"]:
+        raise SpecError(f"spec {source}: no 'paths'")
+    for path, item in document["paths"].items():
+        if not isinstance(item, Mapping):
+            raise SpecError(f"spec {source}: paths[{path!r}] must be a mapping")
+        for method in _METHODS:
+            op = item.get(method)
+            if op is not None and not isinstance(op.get("responses") if isinstance(op, Mapping) else None, Mapping):
+                raise SpecError(f"spec {source}: {method.upper()} {path} has no 'responses' mapping")
+    for ref, at in _walk_refs(document, []):
+        if not ref.startswith("#"):
+            raise SpecError(f"spec {source}: only local $refs are supported, found {ref!r} at {at}")
+        _resolvepointer(document, ref[1:], source)
+    for name, schema in (document.get("components", {}).get("schemas") or {}).items():
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise SpecError(f"spec {source}: components/schemas/{name} is not a valid JSON Schema: {exc.message}") from None
+
+
+def _bundled_path(filename: str) -> Path:
+    # In a wheel the documents ship inside this package (pytest_laya/specs/documents); in a
+    # source checkout they are the top-level specs/ directory.
+    packaged = importlib.resources.files("pytest_laya.specs") / "documents" / filename
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "specs" / filename
+
+
+@functools.lru_cache(maxsize=None)
+def _bundled(filename: str, name: str) -> Spec:
+    return Spec.from_path(_bundled_path(filename), name=name)

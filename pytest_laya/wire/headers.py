@@ -1,0 +1,124 @@
+"""The protocol's headers, read and written the one way every part of the kit agrees on."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import time
+import uuid
+from typing import NamedTuple
+
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "TRACEPARENT_HEADER",
+    "TraceContext",
+    "parse_traceparent",
+    "new_traceparent",
+    "child_traceparent",
+    "new_request_id",
+    "is_valid_request_id",
+    "parse_server_timing",
+    "parse_retry_after",
+]
+
+REQUEST_ID_HEADER = "X-Request-Id"
+TRACEPARENT_HEADER = "traceparent"
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+# 1-128 visible ASCII characters: what the target spec allows and every proxy passes through.
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+_TIMING_PARAM = re.compile(r"""\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:=\s*("(?:[^"\\]|\\.)*"|[^;,\s]*))?\s*""")
+
+
+def new_request_id() -> str:
+    """A fresh id for one decision (reused on its retry, so server logs line up)."""
+    return uuid.uuid4().hex
+
+
+def is_valid_request_id(value: str) -> bool:
+    return bool(_REQUEST_ID.fullmatch(value))
+
+
+def parse_server_timing(value: str | None) -> dict[str, float]:
+    """`Server-Timing` as {metric: duration in ms}; metrics without `dur` are omitted.
+
+    Accepts the target's ``queue;dur=0.4, infer;dur=3.1`` and laya-serve's
+    ``inference;dur=3.10``. Malformed entries are skipped rather than raised on: timing is
+    information, never a reason to fail a decision (the spec validator reports bad formats).
+    """
+    timings: dict[str, float] = {}
+    if not value:
+        return timings
+    for entry in value.split(","):
+        parts = entry.split(";")
+        name = parts[0].strip()
+        if not name:
+            continue
+        for param in parts[1:]:
+            match = _TIMING_PARAM.fullmatch(param)
+            if match and match.group(1).lower() == "dur" and match.group(2):
+                try:
+                    timings[name] = float(match.group(2).strip('"'))
+                except ValueError:
+                    pass
+    return timings
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a `Retry-After` (delta-seconds or HTTP-date); None if absent or bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+class TraceContext(NamedTuple):
+    """A W3C trace context (``traceparent``): version, trace id, parent span id, flags."""
+
+    version: str
+    trace_id: str
+    span_id: str
+    flags: str
+
+    def __str__(self) -> str:
+        return f"{self.version}-{self.trace_id}-{self.span_id}-{self.flags}"
+
+
+def parse_traceparent(value: str | None) -> TraceContext | None:
+    """The trace context in `value`, or None when W3C says to ignore it.
+
+    Refused: anything but four lower-case hex fields of 2-32-16-2 digits, version ``ff``, and
+    an all-zero trace id or parent id. A receiver then starts a new trace (W3C Trace Context 3.2).
+    """
+    match = _TRACEPARENT.fullmatch((value or "").strip())
+    if match is None:
+        return None
+    context = TraceContext(*match.groups())
+    if context.version == "ff" or context.trace_id == _ZERO_TRACE or context.span_id == _ZERO_SPAN:
+        return None
+    return context
+
+
+def new_traceparent() -> str:
+    """A fresh, sampled trace: one per decision, so a retry shows as the same operation."""
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
+def child_traceparent(value: str | None) -> str | None:
+    """The caller's trace continued with a span of our own, or None if `value` is no valid one."""
+    context = parse_traceparent(value)
+    if context is None:
+        return None
+    return str(context._replace(version="00", span_id=os.urandom(8).hex()))
+
