@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -291,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     for tool, why in rejections.items():
         print(f"  {tool}: {why[:160]}")
     print()
-    print(f"| tool | validations/round | median validations/s | min | max | median µs/validation |")
-    print(f"|---|---:|---:|---:|---:|---:|")
+    print("| tool | validations/round | median validations/s | min | max | median µs/validation |")
+    print("|---|---:|---:|---:|---:|---:|")
     for tool, r in results.items():
         print(f"| {tool} | {r['validations_per_round']} | {r['median_per_s']:,.0f} | {r['min_per_s']:,.0f} "
               f"| {r['max_per_s']:,.0f} | {r['median_us_per_validation']:,.1f} |")

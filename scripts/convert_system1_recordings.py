@@ -25,7 +25,7 @@ cassette of one interaction:
   proxy answers every request that way while the worker is down.
 
 The output is deterministic (no dates or ids of this run), so re-running changes nothing and
-tests/test_shipped_cassettes.py checks that the shipped files equal what this script makes from
+tests/cassettes/test_shipped_cassettes.py checks that the shipped files equal what this script makes from
 the repository's copy of the recordings.
 
 Usage (from the repository root)::

@@ -1,6 +1,6 @@
 """A longer schemathesis run of the reference server against the target spec, with the case count.
 
-Why a script: the suite's fuzz test (tests/test_fuzz_reference_server.py) runs a bounded number
+Why a script: the suite's fuzz test (tests/reference_server/test_fuzz_reference_server.py) runs a bounded number
 of examples so the suite stays fast; this runs the very same test, with the same oracle and
 checks, with as many examples as you ask for and a seed of your choice, then prints how many
 cases ran and what the server answered them (operation, body mode, status, problem code).

@@ -6,7 +6,7 @@ requests sent with httpx exactly as written (malformed JSON, a wrong media type,
 limit: things the client never sends). `expected` says which statuses each server kind answers
 with, so a server that changes behaviour fails here before its cassettes are re-recorded.
 
-The tests in this directory run each case against each server kind; tests/test_shipped_cassettes.py
+The tests in this directory run each case against each server kind; tests/cassettes/test_shipped_cassettes.py
 reads these definitions too (the canary keys, and the decisions to replay and ask live).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: Server kinds (cassette sets) and the spec each is held to.
@@ -23,7 +23,7 @@ LAYA_SERVE = "laya-serve-0.4.15"
 SPEC_OF = {REFERENCE: "target", LAYA_SERVE: "current"}
 
 #: The API key of the keyed servers, and the wrong one a case sends. Canaries: neither may appear
-#: in any cassette, in any spelling (tests/test_shipped_cassettes.py looks).
+#: in any cassette, in any spelling (tests/cassettes/test_shipped_cassettes.py looks).
 SERVER_KEY = "sk-cassette-canary-9d2f61c4"
 WRONG_KEY = "sk-cassette-wrong-canary-40b7e2"
 #: How long a busy server waits for a stalled upload's body: the saturation must outlast a case.

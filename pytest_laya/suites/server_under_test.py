@@ -57,7 +57,7 @@ MEASURED_SECTION = "measured (reported, never failed on)"
 LIMIT_NAMES = ("max_questions", "max_state_chars", "max_body_bytes")
 #: What each spec documents when the server publishes no limits: the current spec's Detail413
 #: ("More than 64 questions, ..., a state over 50,000 characters, or a body over 2 MiB") and
-#: the target's /health example (`limits`). tests/test_server_contract.py holds them to the specs.
+#: the target's /health example (`limits`). tests/contract/test_server_contract.py holds them to the specs.
 DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
     "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
     "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},

@@ -364,7 +364,7 @@ ROUTING_CONTROLS: tuple[str, ...] = ("task", "lang", "lang_guess")
 
 #: The keys a `min_confidence` map may use: laya 0.4.15's option-count buckets
 #: (``laya.confidence.bucket_keys()``) and ``"default"``. Copied, not imported: this module must
-#: not import laya; tests/test_request_controls.py holds the copy to laya's.
+#: not import laya; tests/wire/test_request_controls.py holds the copy to laya's.
 MIN_CONFIDENCE_BUCKETS: frozenset[str] = frozenset(
     [f"{qtype}:{size}" for qtype in ("choice", "score", "noul") for size in ("2", "3-5", "6-10", "11+")]
     + ["default"])

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis", reason="needs the dev extra")
@@ -46,13 +44,11 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 
 from pytest_laya import Spec  # noqa: E402
-from reference_server.app import create_app  # noqa: E402
-from reference_server.engine import LayaEngine  # noqa: E402
-from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import Limits, ServerSettings  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.helpers.servers import reference_server  # noqa: E402
 
-SPEC_PATH = Path(__file__).resolve().parents[1] / "specs" / "laya-systemone.openapi.yaml"
+SPEC_PATH = Path(__file__).resolve().parents[2] / "specs" / "laya-systemone.openapi.yaml"
 EXAMPLES = int(os.environ.get("LAYA_FUZZ_EXAMPLES", "12"))
 SEED = int(os.environ.get("LAYA_FUZZ_SEED", "20260"))
 SERVED_MODELS = ("tiny",)
@@ -74,12 +70,8 @@ TALLY: Counter[tuple[str, str, int, str]] = Counter()
 
 @pytest.fixture(scope="module")
 def reference():
-    engine = LayaEngine({name: str(embedded_checkpoint_dir()) for name in SERVED_MODELS}, device="cpu")
-    with ServerThread(create_app(engine, ServerSettings())) as server:
-        deadline = time.monotonic() + 60
-        while httpx.get(server.url + "/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "the reference server never became ready"
-            time.sleep(0.05)
+    models = {name: str(embedded_checkpoint_dir()) for name in SERVED_MODELS}
+    with reference_server(ServerSettings(), models=models, device="cpu") as server:
         yield server
     report = os.environ.get("LAYA_FUZZ_REPORT")
     if report:

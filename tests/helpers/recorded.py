@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 SYSTEM1 = DATA / "system1"
 LAYA_SERVE = DATA / "laya-serve-0.4.15"
 

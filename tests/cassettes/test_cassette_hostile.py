@@ -127,7 +127,7 @@ def test_a_broken_cassette_is_one_clear_error_naming_the_file(recorded, tmp_path
 
 
 def test_every_byte_cut_of_a_cassette_is_refused(recorded, tmp_path):
-    # tests/test_cassettes.py cuts at every line; a crash mid-write can stop at any byte.
+    # tests/cassettes/test_cassettes.py cuts at every line; a crash mid-write can stop at any byte.
     path = tmp_path / "cut.yaml"
     for size in range(0, len(recorded), max(1, len(recorded) // 60)):
         path.write_text(recorded[:size])

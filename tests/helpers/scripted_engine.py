@@ -1,7 +1,7 @@
 """An `Engine` whose behaviour a test scripts: answers, delays, failures, readiness.
 
 The reference server's HTTP behaviour (problems, admission, probes, timing) is tested against
-this, and its answers against real laya in tests/test_reference_parity.py.
+this, and its answers against real laya in tests/integration/test_reference_parity.py.
 """
 
 from __future__ import annotations

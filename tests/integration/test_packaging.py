@@ -8,7 +8,7 @@ import zipfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "laya", "uvicorn")
 
 

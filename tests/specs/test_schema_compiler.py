@@ -18,7 +18,7 @@ from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs import Spec
 from pytest_laya.specs.spec import _formats
 from pytest_laya.wire.pointer import escape as _escape
-from recorded import recordings
+from tests.helpers.recorded import recordings
 
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
 URI = "urn:test:schema-compiler"

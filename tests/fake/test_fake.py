@@ -22,7 +22,7 @@ from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
-from recorded import LAYA_SERVE as LAYA_SERVE_DATA
+from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA
 
 SPECS = {TARGET: Spec.target, LAYA_SERVE: Spec.current}
 STATE = "I was charged twice for my order. Please refund the duplicate today."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya.specs import Spec
-from recorded import LAYA_SERVE, SYSTEM1, recordings
+from tests.helpers.recorded import LAYA_SERVE, SYSTEM1, recordings
 
 ALL = recordings()
 # Routes the current spec does not claim (404/405 probes) are checked separately below.

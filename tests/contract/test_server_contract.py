@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
 import httpcore  # noqa: F401
-import httpx
 import pytest
 
 from pytest_laya import Spec
@@ -26,6 +24,7 @@ from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare
 from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
+from tests.helpers.servers import reference_server  # noqa: E402
 
 KEY = "sk-contract-canary-9d41"
 SUITE = ("--pyargs", "pytest_laya.suites.server")
@@ -56,19 +55,9 @@ def failed_checks(result) -> list[str]:
 
 def _reference(api_key=None):
     pytest.importorskip("laya", reason="needs the reference extra")
-    from reference_server.app import create_app
-    from reference_server.engine import LayaEngine
-    from reference_server.serving import ServerThread
     from reference_server.settings import ServerSettings
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
 
-    thread = ServerThread(create_app(LayaEngine({"tiny": str(embedded_checkpoint_dir())}), ServerSettings(api_key=api_key)))
-    thread.start()
-    deadline = time.monotonic() + 120
-    while httpx.get(thread.url + "/readyz").status_code != 200:
-        assert time.monotonic() < deadline, "the reference server did not become ready within 120 s"
-        time.sleep(0.05)
-    return thread
+    return reference_server(ServerSettings(api_key=api_key))
 
 
 @pytest.fixture(scope="module")

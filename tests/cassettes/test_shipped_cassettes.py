@@ -29,7 +29,7 @@ from pytest_laya.cassettes import REDACTED, use_cassette
 from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.servers import REPLAY_URL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASSETTES = ROOT / "cassettes"
 RECORDING = CASSETTES / "recording"
 sys.path.insert(0, str(RECORDING))

@@ -39,7 +39,7 @@ def test_importing_the_launcher_imports_no_heavy_library() -> None:
     code = ("import sys, pytest_laya.servers.laya_serve; "
             "print(','.join(m for m in ('torch', 'transformers', 'laya') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(pathlib.Path(__file__).resolve().parents[1]))
+                         cwd=str(pathlib.Path(__file__).resolve().parents[2]))
     assert out.stdout.strip() == ""
 
 
@@ -103,7 +103,7 @@ def test_owned_variables_cannot_be_overridden() -> None:
         LayaServeProcess(embedded_checkpoint_dir(), extra_env={"LAYA_HOST": "0.0.0.0"})
 
 
-RECORDINGS = pathlib.Path(__file__).resolve().parent / "data" / "laya-serve-0.4.15"
+RECORDINGS = pathlib.Path(__file__).resolve().parents[1] / "data" / "laya-serve-0.4.15"
 
 
 def test_recordings_are_complete_and_hold_no_secret() -> None:

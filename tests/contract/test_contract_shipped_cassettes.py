@@ -19,7 +19,7 @@ from pytest_laya.contract import decision_problems
 from pytest_laya.models import ServedLayaModel
 from pytest_laya.servers import REPLAY_URL
 
-SHIPPED = Path(__file__).resolve().parent.parent / "cassettes"
+SHIPPED = Path(__file__).resolve().parents[2] / "cassettes"
 
 
 def shipped_decisions() -> list[tuple[Path, int, dict]]:

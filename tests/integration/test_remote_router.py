@@ -7,9 +7,7 @@ loaded, and turn refusals into its own error codes, as it does against laya-serv
 
 from __future__ import annotations
 
-import time
 
-import httpx
 import pytest
 
 from pytest_laya.wire.samples import VARIED_REQUESTS
@@ -19,10 +17,11 @@ from laya.confidence import jev_confidence  # noqa: E402
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
 from reference_server.app import create_app  # noqa: E402
 from pytest_laya.wire.identity import local_checkpoint_revision  # noqa: E402
+from pytest_laya.servers import wait_ready
 from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import ServerSettings  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
-from scripted_engine import ScriptedEngine  # noqa: E402
+from tests.helpers.scripted_engine import ScriptedEngine  # noqa: E402
 
 KEY = "sk-remote-router-canary"
 QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Charges", "technical": "Bugs"}}}
@@ -38,11 +37,6 @@ def router(laya_reference_server):
     return RemoteRouter(laya_reference_server.url, timeout=60)
 
 
-def wait_ready(url: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while httpx.get(url + "/readyz").status_code != 200:
-        assert time.monotonic() < deadline, f"the server on {url} never became ready"
-        time.sleep(0.02)
 
 
 def laya_fields(answers: dict) -> dict:

@@ -1,6 +1,6 @@
 """`LayaModel`: laya in this process behaves like a served Laya, and says what it is.
 
-The contract itself runs in tests/test_contract_models.py; this file covers what is particular to
+The contract itself runs in tests/contract/test_contract_models.py; this file covers what is particular to
 the in-process model: loading and its errors, identity, the wire form of labels, truncation,
 the worker thread behind `adecide`, and what closing releases.
 """

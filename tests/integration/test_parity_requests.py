@@ -5,7 +5,7 @@ languages, text, JSON and conversation states, 2 to 12 options, every question t
 requests) on the embedded tiny checkpoint, through the DecisionModel interface: the same chosen
 option and score level for every question, and every probability, expected level and confidence
 within 1e-4 of in-process Laya's. Raw-body parity on the recorded laya-serve traffic is in
-tests/test_reference_parity.py.
+tests/integration/test_reference_parity.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The whole fault matrix, through the fake server's fault script, for the sync and async client.
 
-tests/test_client_faults.py proves each retry and deadline rule on raw `ScriptedServer`
+tests/client/test_client_faults.py proves each retry and deadline rule on raw `ScriptedServer`
 scripts. This file runs every fault a deployment produces through `FakeLayaServer` (what users
 script in their own tests, `laya_fake_server`), and holds every case to the same four rules:
 
@@ -30,7 +30,7 @@ import pytest
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient
 from pytest_laya.wire.decision import Decision
 from pytest_laya.fake import FakeLaya, FakeLayaServer
-from pytest_laya.faults import Handler, Respond
+from pytest_laya.faults import Respond
 
 DEADLINE_S = 1.0
 BOUND_S = 0.75  # scheduling headroom on a busy CI box; the measured overshoot is printed

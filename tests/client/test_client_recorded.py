@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, Choice, LayaCallError, LayaConfigError, ServedLayaClient
-from recorded import recordings
+from tests.helpers.recorded import recordings
 
 BY_NAME = {r.id: r for r in recordings()}
 # unknown_model is answered by another model than the one asked for: see its own test.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import concurrent.futures
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -17,19 +16,17 @@ import pytest
 from pytest_laya import ServedLayaClient, Spec
 from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.wire.samples import VARIED_REQUESTS
-from recorded import LAYA_SERVE, recordings
+from tests.helpers.recorded import LAYA_SERVE, recordings
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
-from reference_server.app import create_app  # noqa: E402
-from reference_server.engine import LayaEngine  # noqa: E402
-from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import ServerSettings  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.helpers.servers import reference_server  # noqa: E402
 
 TOLERANCE = 1e-4
 RECORDED = [r for r in recordings(LAYA_SERVE) if r.status == 200 and r.path == "/v1/systemone" and r.request
             and r.request.get("model") == "tiny"]
-# The shared varied set's first four (tests/test_parity_requests.py runs all of it, three ways).
+# The shared varied set's first four (tests/integration/test_parity_requests.py runs all of it, three ways).
 REQUESTS = [sample.body() for sample in VARIED_REQUESTS[:4]]
 
 
@@ -66,12 +63,7 @@ def assert_same(got: dict, expected: dict) -> None:
 
 @pytest.fixture(scope="module")
 def reference():
-    engine = LayaEngine({"tiny": str(embedded_checkpoint_dir())}, device="cpu")
-    with ServerThread(create_app(engine, ServerSettings(batch_window_ms=20))) as server:
-        deadline = time.monotonic() + 60
-        while httpx.get(server.url + "/readyz").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with reference_server(ServerSettings(batch_window_ms=20), device="cpu") as server:
         yield server
 
 

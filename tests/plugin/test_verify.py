@@ -19,7 +19,7 @@ from pytest_laya.fake import FakeLayaServer
 from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE, compare_responses
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
-# stack here keeps one copy of each class (as tests/test_plugin.py does).
+# stack here keeps one copy of each class (as tests/plugin/test_plugin.py does).
 
 CANARY = "sk-verify-canary-8c1e"
 TEST_DECIDE = """

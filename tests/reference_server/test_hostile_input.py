@@ -32,11 +32,8 @@ pytest.importorskip("laya", reason="needs the reference extra")
 
 from pytest_laya import Spec  # noqa: E402
 from pytest_laya.wire.requests import MAX_NESTING  # noqa: E402
-from reference_server.app import create_app  # noqa: E402
-from reference_server.engine import LayaEngine  # noqa: E402
-from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import Limits, ServerSettings  # noqa: E402
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.helpers.servers import reference_server  # noqa: E402
 
 LIVEZ_BOUND_S = 2.0
 MAX_CONCURRENT = 8
@@ -50,13 +47,8 @@ DECISION = {"state": "I was charged twice for my order.", "questions": {"refund"
 
 @pytest.fixture(scope="module")
 def server():
-    engine = LayaEngine({"tiny": str(embedded_checkpoint_dir())}, device="cpu")
     settings = ServerSettings(max_concurrent=MAX_CONCURRENT, body_timeout_s=BODY_TIMEOUT_S)
-    with ServerThread(create_app(engine, settings)) as running:
-        deadline = time.monotonic() + 60
-        while httpx.get(running.url + "/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "the reference server never became ready"
-            time.sleep(0.05)
+    with reference_server(settings, device="cpu") as running:
         yield running
 
 

@@ -1,0 +1,1 @@
+"""Helpers the kit's own tests share: recorded traffic, a scripted engine, servers."""
