@@ -7,10 +7,14 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from typing import NamedTuple
 
 __all__ = [
     "REQUEST_ID_HEADER",
+    "SPEC_HEADER",
+    "SPEC_NAMES",
+    "claimed_spec",
     "TRACEPARENT_HEADER",
     "TraceContext",
     "parse_traceparent",
@@ -24,6 +28,9 @@ __all__ = [
 
 REQUEST_ID_HEADER = "X-Request-Id"
 TRACEPARENT_HEADER = "traceparent"
+#: The response header by which a server says which of the kit's specs it implements.
+SPEC_HEADER = "Laya-Spec"
+SPEC_NAMES: tuple[str, ...] = ("current", "target")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
@@ -121,4 +128,13 @@ def child_traceparent(value: str | None) -> str | None:
     if context is None:
         return None
     return str(context._replace(version="00", span_id=os.urandom(8).hex()))
+
+
+def claimed_spec(headers: Mapping[str, str] | None) -> str | None:
+    """The spec a response says its server implements (`SPEC_HEADER`), or None if it says none."""
+    if not headers:
+        return None
+    value = next((v for k, v in headers.items() if k.lower() == SPEC_HEADER.lower()), None)
+    value = value.strip().lower() if isinstance(value, str) else None
+    return value if value in SPEC_NAMES else None
 

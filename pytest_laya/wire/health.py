@@ -45,6 +45,12 @@ class Health:
         return list(models) if isinstance(models, Mapping) else []
 
     @property
+    def spec(self) -> str | None:
+        """The spec the server says it implements (``"spec"``: ``current`` or ``target``), if any."""
+        spec = self.raw.get("spec")
+        return spec if spec in ("current", "target") else None
+
+    @property
     def limits(self) -> Mapping[str, Any]:
         limits = self.raw.get("limits")
         return limits if isinstance(limits, Mapping) else {}
