@@ -22,8 +22,9 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:  # pragma: no cover
     import vcr
 
+from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteMiss, CassetteMissing, Unplayed
-from pytest_laya.cassettes.handle import CassetteHandle, open_session
+from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
 from pytest_laya.cassettes.matching import (
     MATCH_ON,
     SHOW_DIFFS,
@@ -38,6 +39,7 @@ from pytest_laya.cassettes.matching import (
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister
 from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
+from pytest_laya.intercept.switchboard import vcr_response_fixes
 
 __all__ = [
     "RECORD_HINT",
@@ -96,6 +98,11 @@ def _classes() -> tuple[type, type]:
                     self._laya_index.setdefault(match_key(data[i][0]), []).append(i)
                 self._laya_indexed = len(data)
             return self._laya_index.get(match_key(filtered), [])
+
+        def laya_has_match(self, request: Any) -> bool:
+            """Whether any recorded interaction matches `request` (played or not)."""
+            with self._laya_lock:
+                return bool(self.rewound and self._laya_matches(self._laya_filtered(request)))
 
         def can_play_response_for(self, request: Any) -> bool:
             if self.record_mode != RecordMode.NONE:
@@ -194,11 +201,12 @@ def _classes() -> tuple[type, type]:
         """A `vcr.VCR` configured for served Laya; its record mode cannot be overridden."""
 
         def __init__(self, *, record: bool, cassette_dir: str | os.PathLike[str] | None,
-                     api_key: str | None, strict: bool, record_hint: str) -> None:
+                     api_key: str | None, strict: bool, record_hint: str, config: CassetteConfig | None = None) -> None:
             self.laya_record = bool(record)
             self.laya_strict = bool(strict)
             self.laya_api_key = api_key
-            self._laya_scrubber = Scrubber(api_key, learn=True)
+            self.laya_config = config or CassetteConfig()
+            self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
             self._laya_cassette_class = type("LayaCassette", (LayaCassette,), {"record_hint": record_hint})
             super().__init__(
                 record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
@@ -210,6 +218,8 @@ def _classes() -> tuple[type, type]:
                 decode_compressed_response=True,
                 drop_unused_requests=True,
                 record_on_exception=False,
+                ignore_hosts=self.laya_config.ignore_hosts,
+                custom_patches=vcr_response_fixes(),
             )
             self.register_matcher("laya_body", laya_body_matcher)
             self.register_persister(Persister(record=self.laya_record, deferred=False))
@@ -235,11 +245,17 @@ def _classes() -> tuple[type, type]:
             """One test's cassette: a context manager giving a `CassetteHandle` (see `use_cassette`)."""
             return open_session(self, path, provenance)
 
+        def open(self, path: str | os.PathLike[str], *,
+                 provenance: Mapping[str, Any] | None = None) -> CassetteHandle:
+            """One test's cassette, loaded but not patched in: the caller routes requests to
+            `handle.cassette` (the plugin's switchboard) and calls `handle.finish(failed=...)`."""
+            return open_cassette(self, path, provenance)
+
     return LayaVCR, LayaCassette
 
 
 def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,
-             strict: bool = True, record_hint: str = RECORD_HINT) -> "vcr.VCR":
+             strict: bool = True, record_hint: str = RECORD_HINT, config: CassetteConfig | None = None) -> "vcr.VCR":
     """A `vcr.VCR` for served-Laya cassettes (see the module docstring for what it changes).
 
     `record` is the only authority on the mode: False replays (vcrpy ``none``, no network, no
@@ -250,7 +266,7 @@ def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_k
     """
     vcr_class, _ = _classes()
     return vcr_class(record=record, cassette_dir=cassette_dir, api_key=api_key, strict=strict,
-                     record_hint=record_hint)
+                     record_hint=record_hint, config=config)
 
 
 def use_cassette(path: str | os.PathLike[str], *, record: bool, api_key: str | None = None,

@@ -33,11 +33,12 @@ class CassetteHandle:
     ends, unless `discard()` was called or the block raised; in replay nothing is written and,
     with `strict`, a clean exit with unplayed interactions raises `CassetteUnplayed`.
     `outcome` says what happened: ``"written"``, ``"unchanged"`` (re-recorded identically, file
-    untouched), ``"discarded"``, ``"replayed"``, or ``None`` while in use.
+    untouched), ``"kept"`` (not saved: the old file stays), ``"discarded"`` (not saved, and there
+    was no old file), ``"replayed"``, ``"missing"`` (replay found no file), or ``None`` while in use.
     """
 
     def __init__(self, *, path: Path, record: bool, strict: bool, cassette: Any, persister: Persister,
-                 provenance: Mapping[str, Any] | None, api_key: str | None) -> None:
+                 provenance: Mapping[str, Any] | None, api_key: str | None, scrubber: Scrubber | None = None) -> None:
         self.path = path
         self.record = record
         self.strict = strict
@@ -46,6 +47,8 @@ class CassetteHandle:
         self._persister = persister
         self._discarded = False
         self._scrub = Scrubber(api_key, learn=False)
+        # The recording scrubber learns credentials from Authorization headers as it goes.
+        self._recording_scrub = scrubber or self._scrub
         self._provenance: dict[str, Any] = {}
         if provenance:
             self.set_provenance(**dict(provenance))
@@ -124,14 +127,25 @@ class CassetteHandle:
 
     # -- ending
 
+    def redact(self, text: str) -> str:
+        """`text` with every secret this cassette knows of replaced (for error messages)."""
+        return self._recording_scrub.text(text)
+
+    def finish(self, *, failed: bool) -> str:
+        """End the cassette's use: save it (record, unless `failed` or discarded) or check it was
+        all played (strict replay of a test that passed). Returns the `outcome`."""
+        self._finish(failed)
+        assert self.outcome is not None
+        return self.outcome
+
     def _finish(self, failed: bool) -> None:
         if not self.record:
-            self.outcome = "replayed"
+            self.outcome = "replayed" if self.exists else "missing"
             if self.strict and not failed and not self._discarded:
                 self.check_all_played()
             return
         if failed or self._discarded:
-            self.outcome = "discarded"
+            self.outcome = "kept" if self.path.is_file() else "discarded"
             return
         self.outcome = self._commit()
 
@@ -154,6 +168,21 @@ class CassetteHandle:
                 return "unchanged"  # same interactions: keep the date they were first recorded on
         atomic_write(self.path, text)
         return "written"
+
+
+_NOT_CASSETTE_ARGUMENTS = ("path_transformer", "func_path_generator", "record_on_exception")
+
+
+def open_cassette(laya: Any, path: str | os.PathLike[str], provenance: Mapping[str, Any] | None) -> CassetteHandle:
+    """Load one test's cassette (a `LayaVCR` configuration) without patching any HTTP library."""
+    persister = Persister(record=laya.laya_record, deferred=True)
+    config = laya.get_merged_config(path=path, persister=persister)
+    transform = config.get("path_transformer")
+    config["path"] = transform(config["path"]) if transform else config["path"]
+    cassette = laya._laya_cassette_class.load(**{k: v for k, v in config.items() if k not in _NOT_CASSETTE_ARGUMENTS})
+    return CassetteHandle(path=Path(config["path"]), record=laya.laya_record, strict=laya.laya_strict,
+                          cassette=cassette, persister=persister, provenance=provenance, api_key=laya.laya_api_key,
+                          scrubber=laya._laya_scrubber)
 
 
 @contextlib.contextmanager

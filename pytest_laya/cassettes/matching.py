@@ -128,6 +128,27 @@ def _show(value: Any, limit: int = _SHOW_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def show_difference(recorded: Any, now: Any, limit: int = _SHOW_VALUE) -> tuple[str, str]:
+    """Both values as canonical JSON, each cut to a window around where they first differ.
+
+    A long state that changed in its last words shows those words, not the first 40 characters
+    that both sides share.
+    """
+    if recorded is _MISSING or now is _MISSING:
+        return _show(recorded, limit), _show(now, limit)
+    a, b = canonical_json(recorded), canonical_json(now)
+    if len(a) <= limit and len(b) <= limit:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, first - limit // 3)
+
+    def window(text: str) -> str:
+        part = text[start:start + limit]
+        return ("…" if start else "") + part + ("…" if start + limit < len(text) else "")
+
+    return window(a), window(b)
+
+
 def body_differences(now: bytes, recorded: bytes) -> tuple[int, list[str]]:
     """(how many leaves differ, readable differences) between two bodies."""
     if now == recorded:
@@ -145,7 +166,10 @@ def body_differences(now: bytes, recorded: bytes) -> tuple[int, list[str]]:
     _json_diff(parsed_now, parsed_recorded, "", found)
     weight = sum(max(_leaves(r) if r is not _MISSING else 1, _leaves(n) if n is not _MISSING else 1)
                  for _, r, n in found)
-    shown = [f"body at {where or '/'} (recorded {_show(rec)}, now {_show(cur)})" for where, rec, cur in found]
+    shown = []
+    for where, rec, cur in found:
+        was, is_now = show_difference(rec, cur)
+        shown.append(f"body at {where or '/'} (recorded {was}, now {is_now})")
     return weight, shown
 
 

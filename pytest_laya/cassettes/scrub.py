@@ -11,8 +11,10 @@ import re
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
 from pytest_laya.wire.headers import parse_traceparent
+from pytest_laya.wire.pointer import escape as escape_pointer
 
 __all__ = [
     "RECORDED_ORIGIN",
@@ -44,7 +46,7 @@ REDACTED = "<redacted>"
 #: Response headers kept in a cassette; everything else (Date, Server, Set-Cookie...) is dropped.
 RESPONSE_HEADERS = frozenset({
     "content-type", "content-length", "retry-after", "server-timing", "x-request-id",
-    "x-inference-time-ms", "www-authenticate", "traceparent", "allow",
+    "x-inference-time-ms", "www-authenticate", "traceparent", "allow", "laya-spec",
 })
 
 
@@ -56,6 +58,38 @@ LEARNED_SECRET_MIN = 8  # a credential read from an Authorization header, shorte
 
 
 _DUR = re.compile(r"(?i)(;\s*dur\s*=\s*)(\"[^\"]*\"|[^;,\s]*)")
+_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
+# Durations in bodies (laya-serve's strict `latency_ms`, a `timing` object): they change every call.
+_BODY_DURATION = re.compile(r'("(?:latency_ms|duration_ms|elapsed_ms)"\s*:\s*)' + _NUMBER)
+_TIMING_OBJECT = re.compile(r'"timing"\s*:\s*\{[^{}]*\}')
+_TIMING_VALUE = re.compile(r"(:\s*)" + _NUMBER)
+# An absolute path of the recording machine in a body (laya-serve's routing.repo of a local checkpoint).
+_MACHINE_PATH = re.compile(r'("(?:repo|checkpoint|checkpoint_dir|local_dir|model_dir)"\s*:\s*")'
+                           r'((?:/|[A-Za-z]:\\\\)(?:[^"\\]|\\.)*)(")')
+#: What replaces the directories of a recording machine's absolute path (the last part is kept).
+LOCAL_PATH = "<local>"
+
+
+_VOLATILE_MARKERS = (b'_ms"', b'"timing"', b'"repo"', b'"checkpoint', b'"local_dir"', b'"model_dir"')
+
+
+def normalise_volatile(body: bytes) -> bytes:
+    """A JSON body with its durations zeroed and machine paths made relative, layout kept."""
+    if not body or not any(marker in body for marker in _VOLATILE_MARKERS):
+        return body
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body
+    text = _BODY_DURATION.sub(r"\g<1>0", text)
+    text = _TIMING_OBJECT.sub(lambda m: _TIMING_VALUE.sub(r"\g<1>0", m.group(0)), text)
+    text = _MACHINE_PATH.sub(lambda m: m.group(1) + _local(m.group(2)) + m.group(3), text)
+    return text.encode("utf-8")
+
+
+def _local(path: str) -> str:
+    last = re.split(r"[/\\]+", path.rstrip("/\\"))[-1]
+    return f"{LOCAL_PATH}/{last}" if last else LOCAL_PATH
 
 
 class Scrubber:
@@ -66,12 +100,26 @@ class Scrubber:
     them never shows a secret.
     """
 
-    def __init__(self, api_key: str | None, *, learn: bool) -> None:
+    def __init__(self, api_key: str | None, *, learn: bool, config: CassetteConfig | None = None) -> None:
         self._secrets: set[str] = set()
         self._learn = learn
         self._forms_of: tuple[frozenset[str], list[str]] = (frozenset(), [])
+        self.config = config or CassetteConfig()
+        self._filtered_headers = {name.lower(): replacement for name, replacement in self.config.filter_headers}
+        self._filtered_query = dict(self.config.filter_query_parameters)
+        self._filtered_post = dict(self.config.filter_post_data_parameters)
         if api_key:
             self._secrets.add(api_key)
+
+    def keep_secret(self, value: str) -> None:
+        """Scrub `value` from everything from now on (a filtered header, query or body value)."""
+        if isinstance(value, str) and len(value) >= LEARNED_SECRET_MIN and value != REDACTED:
+            self._secrets.add(value)
+
+    @staticmethod
+    def _replacement(replacement: Any, key: str, value: Any, request: Any) -> Any:
+        """vcrpy's rule: None drops the value, a callable computes it, anything else replaces it."""
+        return replacement(key, value, request) if callable(replacement) else replacement
 
     def _forms(self) -> list[str]:
         """Every spelling of every secret: raw, percent-encoded, JSON-escaped; longest first."""
@@ -116,14 +164,25 @@ class Scrubber:
             return [self._json(v) for v in value]
         return value
 
-    def target(self, path: str, query: str) -> tuple[str, str]:
-        """The path and query of a URL, scrubbed however the secret was percent-encoded."""
+    def target(self, path: str, query: str, request: Any = None) -> tuple[str, str]:
+        """The path and query of a URL: filtered parameters dropped or replaced, and secrets
+        scrubbed however they were percent-encoded."""
         path = self.text(path)
         if self._secrets and self._hidden_in(unquote(path)):
             path = quote(self.text(unquote(path)), safe="/")
         parts = []
-        for part in query.split("&") if query else []:
-            part = self.text(part)
+        pairs = [part.partition("=") for part in query.split("&")] if query else []
+        for name, eq, value in pairs:  # filtered values are learnt first, so every spelling is scrubbed
+            if unquote_plus(name) in self._filtered_query:
+                self.keep_secret(unquote_plus(value))
+        for name, eq, value in pairs:
+            plain = unquote_plus(name)
+            if plain in self._filtered_query:
+                replaced = self._replacement(self._filtered_query[plain], plain, unquote_plus(value), request)
+                if replaced is None:
+                    continue
+                value = quote_plus(str(replaced))
+            part = self.text(name + eq + value)
             name, eq, value = part.partition("=")
             if self._secrets and (self._hidden_in(unquote_plus(name)) or self._hidden_in(unquote_plus(value))):
                 part = quote_plus(self.text(unquote_plus(name))) + eq + quote_plus(self.text(unquote_plus(value)))
@@ -133,9 +192,58 @@ class Scrubber:
     def _redact_authorization(self, value: str) -> str:
         scheme, _, credentials = value.strip().partition(" ")
         credentials = credentials.strip()
-        if self._learn and len(credentials) >= LEARNED_SECRET_MIN and credentials != REDACTED:
-            self._secrets.add(credentials)
+        if self._learn:
+            self.keep_secret(credentials)
         return f"{scheme} {REDACTED}" if credentials else REDACTED
+
+    def _post_data(self, body: bytes, content_type: str, request: Any) -> bytes:
+        """`body` with the filtered form fields or JSON members (names, or JSON pointers) dropped or replaced."""
+        if not self._filtered_post or not body:
+            return body
+        if content_type.startswith("application/x-www-form-urlencoded"):
+            kept = []
+            for part in body.decode("latin-1").split("&"):
+                name, eq, value = part.partition("=")
+                plain = unquote_plus(name)
+                if plain in self._filtered_post:
+                    self.keep_secret(unquote_plus(value))
+                    replaced = self._replacement(self._filtered_post[plain], plain, unquote_plus(value), request)
+                    if replaced is None:
+                        continue
+                    part = f"{name}={quote_plus(str(replaced))}"
+                kept.append(part)
+            return "&".join(kept).encode("latin-1")
+        parsed = parse_json(body)
+        if parsed is NOT_JSON or not isinstance(parsed, (dict, list)):
+            return body
+        changed = False
+        for key, replacement in self._filtered_post.items():
+            changed = self._filter_member(parsed, key, replacement, request) or changed
+        return json.dumps(parsed, ensure_ascii=False, separators=(",", ":")).encode("utf-8") if changed else body
+
+    def _filter_member(self, document: Any, key: str, replacement: Any, request: Any) -> bool:
+        """Drop or replace one member: a top-level name, or a JSON pointer (``/a/0/b``)."""
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in key[1:].split("/")] if key.startswith("/") else [key]
+        parent = document
+        for token in tokens[:-1]:
+            if isinstance(parent, dict) and token in parent:
+                parent = parent[token]
+            elif isinstance(parent, list) and token.isdigit() and int(token) < len(parent):
+                parent = parent[int(token)]
+            else:
+                return False
+        last = tokens[-1]
+        if isinstance(parent, dict) and last in parent:
+            value = parent[last]
+            if isinstance(value, str):
+                self.keep_secret(value)
+            replaced = self._replacement(replacement, escape_pointer(last) if key.startswith("/") else key, value, request)
+            if replaced is None:
+                del parent[last]
+            else:
+                parent[last] = replaced
+            return True
+        return False
 
     def request(self, request: Any) -> Any:
         """vcrpy ``before_record_request``: `request` is already a copy."""
@@ -145,7 +253,16 @@ class Scrubber:
         for lower, value in items:  # first, so a credential is known before anything is scrubbed
             if lower == "authorization":
                 headers[lower] = self._redact_authorization(value)
+            if lower in self._filtered_headers:
+                self.keep_secret(value)
         for lower, value in items:
+            if lower in self._filtered_headers:
+                replaced = self._replacement(self._filtered_headers[lower], lower, value, request)
+                if replaced is not None:
+                    headers[lower] = str(replaced)
+                else:
+                    headers.pop(lower, None)
+                continue
             if lower not in REQUEST_HEADERS or lower == "authorization":
                 continue
             if lower == "x-request-id":
@@ -153,30 +270,42 @@ class Scrubber:
             elif lower == "traceparent":
                 value = RECORDED_TRACEPARENT
             headers[lower] = self.text(value)
-        request.headers = headers
         split = urlsplit(request.uri)
-        path, query = self.target(split.path or "/", split.query)
+        body = self._post_data(body_bytes(request.body), headers.get("content-type", ""), request)
+        path, query = self.target(split.path or "/", split.query, request)
+        request.headers = headers
         origin = urlsplit(RECORDED_ORIGIN)
         request.uri = urlunsplit((origin.scheme, origin.netloc, path, query, ""))
-        request.body = self.data(body_bytes(request.body))
+        request.body = self.data(body)
+        if self.config.before_record_request is not None:
+            return self.config.before_record_request(request)
         return request
 
     def response(self, response: dict[str, Any]) -> dict[str, Any]:
         """vcrpy ``before_record_response``: `response` is already a copy."""
+        original = response.get("headers") or {}
+        for name, values in original.items():
+            if name.lower() in self._filtered_headers:
+                for value in values if isinstance(values, list) else [values]:
+                    self.keep_secret(str(value))
         body = response.get("body") or {}
         raw = body.get("string")
         if raw is not None:
-            raw = self.data(body_bytes(raw))
+            raw = self.data(normalise_volatile(body_bytes(raw)))
             body["string"] = raw
             response["body"] = body
         status = response.get("status")
         if isinstance(status, dict) and isinstance(status.get("message"), str):
             status["message"] = self.text(status["message"])
         kept: dict[str, list[str]] = {}
-        original = response.get("headers") or {}
         encoded = any(name.lower() == "content-encoding" for name in original)
         for name, values in original.items():
             lower = name.lower()
+            if lower in self._filtered_headers:
+                replaced = self._replacement(self._filtered_headers[lower], lower, values, None)
+                if replaced is not None:
+                    kept[lower] = [str(replaced)]
+                continue
             if lower not in RESPONSE_HEADERS and not (lower == "content-encoding" and encoded):
                 continue
             values = values if isinstance(values, list) else [values]
@@ -193,6 +322,8 @@ class Scrubber:
                 cleaned = [str(len(raw))]
             kept.setdefault(lower, []).extend(cleaned)
         response["headers"] = kept
+        if self.config.before_record_response is not None:
+            return self.config.before_record_response(response)  # type: ignore[no-any-return]
         return response
 
 

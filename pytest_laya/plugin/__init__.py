@@ -1,10 +1,11 @@
 """pytest-laya's pytest plugin (entry point ``laya``): hooks and fixtures, each handing over.
 
-The run's state lives in a `LayaRun` (`run`); options in `options`, the marker in `markers`, the
-cassette fixture's work in `cassette_fixture` and `verify_mode`, server choice and the spec check
-in `servers`, the summary and JSON report in `summary`, unused cassettes in `unused`. Every
-fixture here is a seam a project can override in its `conftest.py`. Heavy pieces (vcrpy, the
-reference server and so torch) are imported only by the fixtures that need them.
+The run's state lives in a `LayaRun` (`run`); options in `options`, the marker in `markers`, each
+test's route through the interception layer in `routes` (its cassette file in
+`cassette_fixture`, verify's comparison in `verify_mode`), the reference server in `servers`,
+the summary and the JSON report in `summary`, unused cassettes in `unused`, traceback trimming
+in `tracebacks`. Every fixture here is a seam a project can override in its `conftest.py`.
+Heavy pieces (vcrpy, the reference server and so torch) are imported only by what needs them.
 """
 
 from __future__ import annotations
@@ -17,10 +18,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin import options, summary
-from pytest_laya.plugin.cassette_fixture import CALLED, FAILED, cassette_file, cassette_location, use_test_cassette
+from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
 from pytest_laya.plugin.markers import MARKER_HELP, marker_options
+from pytest_laya.plugin.routes import (
+    CALLED,
+    FAILED,
+    ROUTE,
+    FromVcrConfig,
+    TestRoute,
+    open_test_route,
+    outer_cassette,
+    vcr_config,
+)
 from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
-from pytest_laya.plugin.servers import choose_server, reference_server, spec_observer
+from pytest_laya.plugin.servers import reference_server, spec_observer
+from pytest_laya.plugin.tracebacks import hide_library_frames
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
@@ -68,9 +80,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         wanted = marker_options(item).get("server")  # typos fail the run at start-up, not one test at a time
         needs_url = run.mode in ("live", "record", "verify") and wanted in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
+        if needs_url and uses_laya and run.record_mode == "missing":
+            needs_url = not cassette_file(*cassette_location(item, run)).is_file()
         if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
-            raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or laya_url in the ini file), "
-                                    f"or @pytest.mark.laya(server='reference') on the test ({item.nodeid})")
+            raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL, or laya_url "
+                                    f"in the ini file), or @pytest.mark.laya(server='reference') on the test "
+                                    f"({item.nodeid})")
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -116,20 +131,22 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     # Unplayed interactions fail the test itself (not its teardown): checked as soon as its body
     # returned cleanly. The cassette's own check at teardown is then skipped (the test failed).
     result = yield
-    handle = getattr(item, "funcargs", {}).get("laya_cassette")
-    if handle is not None and not handle.record and handle.strict:
-        handle.check_all_played()
+    route = item.stash.get(ROUTE, None)
+    if route is not None and route.kind == "replay" and route.handle is not None and route.handle.strict:
+        route.handle.check_all_played()
     return result
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    if call.excinfo is not None:
+        hide_library_frames(call.excinfo)
     report = yield
     if report.failed:
         item.stash[FAILED] = True
     if report.when == "call":
         item.stash[CALLED] = True
-    if report.when == "setup" and not report.passed and "laya_cassette" in getattr(item, "fixturenames", ()):
+    if report.when == "setup" and not report.passed and "laya_server" in getattr(item, "fixturenames", ()):
         # Skipped (or broken) before reaching its cassette: the test still owns it.
         run = _run(item.config)
         if run is not None and run.mode in ("replay", "record"):
@@ -208,65 +225,103 @@ def laya_fake_server() -> Iterator[FakeLayaServer]:
 
 
 @pytest.fixture
-def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> ServerHandle:
+def laya_vcr_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Your secrets, noise and hosts for Laya cassettes: ``filter_headers``, ``filter_query_parameters``,
+    ``filter_post_data_parameters``, ``before_record_request``, ``before_record_response``,
+    ``allowed_hosts``, ``ignore_hosts``. Override it in a conftest.py; by default it is
+    pytest-recording's ``vcr_config`` when that plugin is installed (its own keys ignored)."""
+    try:
+        return FromVcrConfig(request.getfixturevalue("vcr_config") or {})
+    except pytest.FixtureLookupError:
+        return FromVcrConfig()
+
+
+@pytest.fixture
+def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[ServerHandle]:
     """The server this test talks to: a `ServerHandle` with `url`, `kind`, `spec`, `health()`, `identity()`.
 
-    Chosen by the mode (replay: the cassette; live/record: --laya-url; fake: the session's fake),
-    or by `@pytest.mark.laya(server=...)`.
+    Chosen by the mode (replay: the cassette; live/record/verify: --laya-url; fake: the session's
+    fake), or by `@pytest.mark.laya(server=...)`. While the test runs, every request to it -- from
+    any client -- is answered or recorded by the mode and held to the server's spec.
     """
-    return choose_server(request, laya_run)
-
-
-@pytest.fixture(scope="session")
-def _laya_recorded_health(laya_run: LayaRun) -> dict[str, Any]:
-    """/health documents of the servers being recorded, by URL: read once per session (per xdist
-    worker), before any test's fixtures, so that no cassette -- ours or pytest-recording's -- is
-    in place to capture the read. Empty outside record mode."""
-    from pytest_laya.cassettes.provenance import read_health
-    from pytest_laya.servers.handle import ServerHandle
-
-    cache: dict[str, Any] = {}
-    if laya_run.mode == "record" and laya_run.url:
-        cache[laya_run.url] = read_health(ServerHandle(url=laya_run.url, kind="live", api_key=laya_run.api_key))
-    return cache
+    with open_test_route(request, laya_run) as route:
+        if laya_run.url_env:
+            request.getfixturevalue("monkeypatch").setenv(laya_run.url_env, route.server.url)
+        yield route.server
 
 
 @pytest.fixture
-def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle,
-                  _laya_recorded_health: dict[str, Any]) -> Iterator[CassetteHandle | None]:
-    """The active cassette (`CassetteHandle`) in replay and record mode against a live server; None otherwise.
+def _laya_route(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> Iterator[TestRoute]:
+    """The test's route: the one `laya_server` opened, or, when a project overrides `laya_server`
+    with its own server, a capture of that server (checked against its spec, never recorded)."""
+    route = request.node.stash.get(ROUTE, None)
+    if route is not None:
+        yield route
+        return
+    with open_test_route(request, laya_run, server=laya_server) as route:
+        yield route
+
+
+@pytest.fixture
+def laya_url(laya_server: ServerHandle, _laya_route: TestRoute) -> str:
+    """The URL of this test's Laya server, for a client of your own (replay: it never opens a socket)."""
+    return laya_server.url
+
+
+@pytest.fixture
+def laya_url_env(laya_server: ServerHandle, _laya_route: TestRoute, laya_run: LayaRun,
+                 monkeypatch: pytest.MonkeyPatch) -> str:
+    """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) for the
+    test, for a service that reads its URL from the environment; returns the variable's name."""
+    name = laya_run.url_env or "LAYA_SERVED_URL"
+    monkeypatch.setenv(name, laya_server.url)
+    return name
+
+
+@pytest.fixture
+def laya_cassette(_laya_route: TestRoute) -> CassetteHandle | None:
+    """This test's cassette (`CassetteHandle`): replayed, recorded, or (verify) the live capture
+    compared with it; None for a live, fake or reference server that records nothing.
 
     When recording, the cassette's provenance says where it came from: the server kind, the
-    spec, the weights (`identity`: a response's `served_by`, else the server's /health entry for
-    the routed model) and the installed laya's version. /health is read once per session, or
-    once before a test if that read failed, never inside a cassette and never in replay.
+    spec it claimed, and the weights (`identity`: a response's `served_by`, else the server's
+    /health entry for the routed model).
     """
-    yield from use_test_cassette(request, laya_run, laya_server, _laya_recorded_health)
+    return _laya_route.handle if _laya_route.kind != "capture" else None
+
+
+@pytest.fixture(autouse=True)
+def _laya_network_guard(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[None]:
+    """--laya-block-network for tests that have no Laya server: only allowed hosts are reached."""
+    if not laya_run.block_network or "laya_server" in request.fixturenames:
+        yield
+        return
+    config = vcr_config(request)
+    with laya_run.switchboard().active([], outer=outer_cassette(request), block_network=True,
+                                       allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts):
+        yield
 
 
 @pytest.fixture
-def laya_client(laya_run: LayaRun, laya_server: ServerHandle,
-                laya_cassette: CassetteHandle | None) -> Iterator[ServedLayaClient]:
-    """A `ServedLayaClient` bound to `laya_server`; every response it sees is checked against the server's spec."""
-    with laya_server.client(on_exchange=spec_observer(laya_run, laya_server, laya_cassette)) as client:
+def laya_client(laya_server: ServerHandle, _laya_route: TestRoute) -> Iterator[ServedLayaClient]:
+    """A `ServedLayaClient` bound to `laya_server` (its responses are checked like any client's)."""
+    with laya_server.client() as client:
         yield client
 
 
 @pytest.fixture
-def laya_model(laya_run: LayaRun, laya_server: ServerHandle,
-               laya_cassette: CassetteHandle | None) -> Iterator[ServedLayaModel]:
+def laya_model(laya_server: ServerHandle, _laya_route: TestRoute) -> Iterator[ServedLayaModel]:
     """The served client as a `DecisionModel` (`ServedLayaModel`), for contract-style tests."""
     from pytest_laya.models import ServedLayaModel
 
     model = ServedLayaModel(laya_server.url, name=f"served-laya ({laya_server.kind})", api_key=laya_server.api_key,
-                            model=laya_server.model, on_exchange=spec_observer(laya_run, laya_server, laya_cassette))
+                            model=laya_server.model)
     yield model
     model.close()
 
 
-async def _async_laya_client(laya_run: LayaRun, laya_server: ServerHandle,
-                             laya_cassette: CassetteHandle | None) -> AsyncIterator[AsyncServedLayaClient]:
-    """The async twin of `laya_client`: an `AsyncServedLayaClient`, every response checked the same way.
+async def _async_laya_client(laya_server: ServerHandle, _laya_route: TestRoute) -> AsyncIterator[AsyncServedLayaClient]:
+    """The async twin of `laya_client`: an `AsyncServedLayaClient`, its responses checked the same way.
 
     With pytest-asyncio installed this is a pytest-asyncio fixture, so it works in its strict
     mode as well as in auto mode; without it, a plain async fixture, which anyio's pytest plugin
@@ -274,8 +329,7 @@ async def _async_laya_client(laya_run: LayaRun, laya_server: ServerHandle,
     """
     from pytest_laya.client import AsyncServedLayaClient
 
-    async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model,
-                                     on_exchange=spec_observer(laya_run, laya_server, laya_cassette)) as client:
+    async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model) as client:
         yield client
 
 

@@ -15,10 +15,23 @@ import pytest
 
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["MODES", "SPECS", "add_options", "resolve"]
+__all__ = ["CONFORMANCE", "MODES", "RECORD_MODES", "SPECS", "add_options", "resolve"]
 
 MODES = ("replay", "record", "live", "fake", "verify")
-SPECS = ("current", "target")
+SPECS = ("auto", "current", "target")
+#: --laya-record=all refreshes every selected test's cassette; =missing records only those without one.
+RECORD_MODES = ("all", "missing")
+CONFORMANCE = ("enforce", "report")
+
+
+def _record_mode(value: str) -> str:
+    if value not in RECORD_MODES:
+        import argparse
+
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a record mode: use --laya-record (refresh every selected test) or "
+            f"--laya-record=missing (record only tests without a cassette); put test paths before --laya-record")
+    return value
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -26,13 +39,24 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-mode", choices=MODES, default=None,
                     help="how tests reach Laya: replay cassettes (default), record them, a live server, the fake, "
                          "or verify (run live and compare every answer with the test's cassette).")
-    group.addoption("--laya-record", action="store_true", default=False,
-                    help="short for --laya-mode=record: refresh the cassettes of the tests that run.")
-    group.addoption("--laya-url", default=None, help="URL of a live served Laya, e.g. http://127.0.0.1:8000.")
+    group.addoption("--laya-record", nargs="?", const="all", default=None, type=_record_mode, metavar="all|missing",
+                    help="record mode: refresh the cassettes of the tests that run (--laya-record), or record only "
+                         "those without a cassette and replay the rest (--laya-record=missing).")
+    group.addoption("--laya-url", default=None,
+                    help="URL of a live served Laya, e.g. http://127.0.0.1:8000 (default: LAYA_SERVED_URL).")
     group.addoption("--laya-api-key", default=None,
                     help="bearer token for the live server (default: LAYA_SERVED_API_KEY). Never written to cassettes or reports.")
     group.addoption("--laya-spec", choices=SPECS, default=None,
-                    help="the spec a live server is held to (default: current; target for a reference server).")
+                    help="the spec responses are held to: auto (default: what the server declares in its Laya-Spec "
+                         "header or /health, or what its cassette was recorded under; else current), current or target.")
+    group.addoption("--laya-conformance", choices=CONFORMANCE, default=None,
+                    help="enforce (default): a response that breaks its spec fails the test; report: list every "
+                         "violation in the summary and --laya-report without failing.")
+    group.addoption("--laya-block-network", action="store_true", default=None,
+                    help="fail any request to a host that is neither the test's Laya server nor in laya_vcr_config's "
+                         "allowed_hosts (or recorded by pytest-recording).")
+    group.addoption("--laya-prune", action="store_true", default=False,
+                    help="after a run of the whole suite, delete cassettes pytest-laya wrote that no test used.")
     group.addoption("--laya-cassette-dir", default=None,
                     help="where cassettes live (default: cassettes/ beside each test module).")
     group.addoption("--laya-strict", dest="laya_strict", action="store_true", default=None,
@@ -54,23 +78,34 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("laya_strict", "default for --laya-strict", type="bool", default=True)
     parser.addini("laya_report", "default for --laya-report", default="")
     parser.addini("laya_verify_tolerance", "default for --laya-verify-tolerance", default="")
+    parser.addini("laya_conformance", "default for --laya-conformance", default="")
+    parser.addini("laya_block_network", "default for --laya-block-network", type="bool", default=False)
+    parser.addini("laya_url_env", "an environment variable every Laya test gets the server's URL in "
+                  "(e.g. LAYA_SERVED_URL), for a service that reads its URL from the environment", default="")
 
 
 def resolve(config: pytest.Config) -> LayaRun:
     """The run's settings from the options, the ini file and the environment; or a UsageError."""
     opt = config.option
     mode = opt.laya_mode
-    if opt.laya_record:
+    record_mode = opt.laya_record
+    if record_mode:
         if mode not in (None, "record"):
             raise pytest.UsageError(f"--laya-record asks for record mode, but --laya-mode={mode} was given too: pass one of them")
         mode = "record"
     mode = mode or config.getini("laya_mode") or "replay"
     if mode not in MODES:
         raise pytest.UsageError(f"laya_mode = {mode!r} in the ini file: use one of {', '.join(MODES)}")
-    url = opt.laya_url or config.getini("laya_url") or None
-    spec = opt.laya_spec or config.getini("laya_spec") or None
-    if spec not in (None, *SPECS):
-        raise pytest.UsageError(f"laya_spec = {spec!r} in the ini file: use {' or '.join(SPECS)}")
+    if mode == "record" and not record_mode:
+        record_mode = "all"
+    url = opt.laya_url or config.getini("laya_url") or os.environ.get("LAYA_SERVED_URL") or None
+    spec = opt.laya_spec or config.getini("laya_spec") or "auto"
+    if spec not in SPECS:
+        raise pytest.UsageError(f"laya_spec = {spec!r} in the ini file: use {', '.join(SPECS)}")
+    conformance = opt.laya_conformance or config.getini("laya_conformance") or "enforce"
+    if conformance not in CONFORMANCE:
+        raise pytest.UsageError(f"laya_conformance = {conformance!r} in the ini file: use enforce or report")
+    block_network = opt.laya_block_network if opt.laya_block_network is not None else config.getini("laya_block_network")
     cassette_dir = opt.laya_cassette_dir or config.getini("laya_cassette_dir") or None
     base = Path(config.inipath).parent if config.inipath and not opt.laya_cassette_dir else Path(config.invocation_params.dir)
     report = opt.laya_report or config.getini("laya_report") or None
@@ -80,6 +115,11 @@ def resolve(config: pytest.Config) -> LayaRun:
                   cassette_dir=(base / cassette_dir) if cassette_dir else None, strict=bool(strict),
                   report=Path(report) if report else None, checkpoint=opt.laya_checkpoint)
     run.verify_tolerance = _verify_tolerance(config)
+    run.record_mode = record_mode if mode == "record" else None
+    run.conformance_mode = conformance
+    run.block_network = bool(block_network)
+    run.prune = bool(opt.laya_prune)
+    run.url_env = str(config.getini("laya_url_env") or "").strip() or None
     if run.url:
         _check_url(run)
     return run

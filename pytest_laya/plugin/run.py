@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes.verify import VerifyTotals
+    from pytest_laya.intercept import Switchboard
     from pytest_laya.specs.conformance import Conformance
     from pytest_laya.wire.exchange import Exchange
+    from pytest_laya.wire.health import Health
 
-__all__ = ["LayaRun", "WORKEROUTPUT_KEY"]
+__all__ = ["CASSETTE_COUNTS", "LayaRun", "WORKEROUTPUT_KEY"]
+
+#: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
+#: with no file; recorded (written); re-recorded with no byte changed; not saved because the test
+#: failed (kept: the old file stays; discarded: there was none).
+CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded")
 
 #: The key of pytest-laya's part of an xdist worker's `workeroutput`.
 WORKEROUTPUT_KEY = "pytest_laya"
@@ -39,7 +46,7 @@ class LayaRun:
     strict: bool
     report: Path | None
     checkpoint: str | None
-    cassettes: dict[str, int] = field(default_factory=lambda: {"played": 0, "recorded": 0, "unchanged": 0, "discarded": 0})
+    cassettes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CASSETTE_COUNTS, 0))
     #: Cassette files tests used (resolved), plus those of tests skipped before reaching theirs.
     used_cassettes: set[Path] = field(default_factory=set)
     servers: dict[str, str] = field(default_factory=dict)
@@ -61,6 +68,55 @@ class LayaRun:
     verify: VerifyTotals | None = None
     #: Extra summary lines by section title (the server contract's target gaps and measurements).
     notes: dict[str, list[str]] = field(default_factory=dict)
+    #: --laya-record: "all" or "missing" (None outside record mode); enforce | report; the network guard.
+    record_mode: str | None = None
+    conformance_mode: str = "enforce"
+    block_network: bool = False
+    prune: bool = False
+    #: The environment variable each Laya test gets its server's URL in (ini laya_url_env), if any.
+    url_env: str | None = None
+    #: One record per test that used Laya: its cassette, outcome, exchanges, violations, drift.
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    #: Cassettes deleted by --laya-prune, relative to the rootdir.
+    pruned: list[str] = field(default_factory=list)
+    _switchboard: Switchboard | None = field(default=None, repr=False)
+    _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
+
+    def switchboard(self) -> Switchboard:
+        """This process's switchboard (its HTTP patches are built once, on first use)."""
+        if self._switchboard is None:
+            from pytest_laya.intercept import Switchboard
+
+            self._switchboard = Switchboard()
+        return self._switchboard
+
+    def server_label(self, server: Any) -> str:
+        """How a server is named in the summary and the report (credentials in its URL hidden)."""
+        from pytest_laya.client.settings import redact_url
+
+        if server.kind != "replay":
+            return f"{server.kind} {redact_url(server.url)}"
+        return f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
+
+    def health_of(self, server: Any) -> Health | None:
+        """`server`'s /health, read once per URL and session (None when it has none or it failed)."""
+        if server.url in self._health:
+            return self._health[server.url]
+        from pytest_laya.cassettes.provenance import HEALTH_TIMEOUT_S
+        from pytest_laya.wire.errors import LayaError
+
+        health = None
+        try:
+            with server.client(timeout_s=HEALTH_TIMEOUT_S) as client:
+                health = client.health()
+        except LayaError as exc:
+            if exc.status == 404:
+                self.note("gaps", f"{self.server_label(server)} has no /health (the current spec lets it; "
+                                  f"the target requires it)")
+        except Exception:  # noqa: BLE001 - a health read never fails a test; its absence is the finding
+            pass
+        self._health[server.url] = health
+        return health
 
     def tracker(self) -> Conformance:
         """The conformance tally, made on first use: start-up then imports neither httpx nor the specs."""
@@ -92,18 +148,16 @@ class LayaRun:
         """
         from pytest_laya.specs.conformance import SpecViolationError
 
-        if server.kind != "replay":
-            label = f"{server.kind} {server.url}"
-        else:
-            label = f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
+        label = self.server_label(server)
+        spec = server.spec if server.spec in ("current", "target") else "current"
         replayed_from = str(cassette.path) if cassette is not None and not getattr(cassette, "record", True) else None
 
         def observe(exchange: Exchange) -> None:
-            violations = self.tracker().check(exchange, server=label, claimed=server.spec)
+            violations = self.tracker().check(exchange, server=label, claimed=spec)
             if violations:
-                raise SpecViolationError(exchange, server.spec, violations, cassette=replayed_from)
+                raise SpecViolationError(exchange, spec, violations, cassette=replayed_from)
 
-        self.servers.setdefault(label, server.spec)
+        self.servers.setdefault(label, spec)
         return observe
 
     def count_cassette(self, outcome: str) -> None:
@@ -126,6 +180,8 @@ class LayaRun:
             "collected": self.collected,
             "verify": self.verify.results if self.verify else [],
             "notes": {section: list(lines) for section, lines in self.notes.items()},
+            "tests": list(self.tests),
+            "owners": {str(path): owner for path, owner in self.cassette_owners.items()},
         }
 
     def merge(self, data: Mapping[str, Any]) -> None:
@@ -145,3 +201,9 @@ class LayaRun:
         for section, lines in data.get("notes", {}).items():
             for line in lines:
                 self.note(section, line)
+        self.tests.extend(data.get("tests", ()))
+        for path, owner in data.get("owners", {}).items():
+            mine = self.cassette_owners.setdefault(Path(path), owner)
+            if mine != owner:  # two workers' tests wrote one file: only one test's interactions survive
+                self.note("errors", f"{owner} and {mine} both used the cassette {path} (in different xdist "
+                                    f"workers): give each test its own cassette")

@@ -14,8 +14,13 @@ from typing import Any
 
 import pytest
 
-from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
-from pytest_laya.plugin.unused import find_unused, selection_problems
+from pytest_laya.plugin.run import CASSETTE_COUNTS, WORKEROUTPUT_KEY, LayaRun
+from pytest_laya.plugin.unused import find_unused, prune, selection_problems
+
+#: How each count reads in the terminal summary.
+CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)", "recorded": "recorded",
+                  "unchanged": "re-recorded unchanged", "kept": "kept (test failed; the old file stays)",
+                  "discarded": "discarded (test failed; nothing saved)"}
 
 __all__ = ["conclude", "summary", "write_terminal_summary"]
 
@@ -28,6 +33,8 @@ def summary(run: LayaRun) -> dict[str, Any]:
         "cassettes": dict(run.cassettes),
         "conformance": run.conformance.rows() if run.conformance else [],
         "unused_cassettes": run.unused_cassettes,
+        "pruned_cassettes": list(run.pruned),
+        "tests": sorted(run.tests, key=lambda record: record["test"]),
         "verify": run.verify.results if run.verify else None,
         "notes": {section: list(lines) for section, lines in run.notes.items()},
     }
@@ -47,6 +54,14 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
     run.unused_cassettes = None
     if run.mode in ("replay", "record") and not run.partial and not selection_problems(config):
         run.unused_cassettes = find_unused(run, config.rootpath)
+        if run.prune:
+            run.pruned = prune(run.unused_cassettes, config.rootpath)
+    elif run.prune:
+        reasons = run.partial + selection_problems(config) or [f"--laya-mode={run.mode}"]
+        run.note("pruning", f"--laya-prune deleted nothing: it needs a whole-suite replay or record run "
+                            f"({'; '.join(reasons)})")
+    if run.notes.get("errors") and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if run.report is not None:
         run.report.parent.mkdir(parents=True, exist_ok=True)
         tmp = run.report.with_name(run.report.name + ".tmp")
@@ -63,8 +78,8 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
     tr.section("pytest-laya")
     c = report["cassettes"]
     tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
-    tr.line(f"cassettes: {c.get('played', 0)} played, {c.get('recorded', 0)} recorded, "
-            f"{c.get('unchanged', 0)} re-recorded unchanged, {c.get('discarded', 0)} discarded (test failed)")
+    counted = [f"{c[key]} {CASSETTE_WORDS[key]}" for key in CASSETTE_COUNTS if c.get(key)]
+    tr.line(f"cassettes: {', '.join(counted) or 'none used'}")
     for section, lines in run.notes.items():  # before the conformance table, which ends the section
         tr.line(f"{section}:")
         for line in lines:
@@ -77,8 +92,18 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
     if run.verify:
         for number, line in enumerate(run.verify.lines()):
             tr.line(line, red=number > 0)
+    if c.get("kept"):
+        tr.line("a test failed while recording: its old cassette was kept as it was; fix the test and record again")
     if c.get("discarded"):
-        tr.line("a test failed while recording: its old cassette was kept; fix the test and run --laya-record again")
+        tr.line("a test failed while recording and had no cassette yet: nothing was saved; fix it and record again")
+    if c.get("missing"):
+        tr.line(f"{c['missing']} test(s) asked for a cassette that does not exist: record them with --laya-record=missing",
+                red=True)
+    if run.pruned:
+        tr.line(f"pruned {len(run.pruned)} unused cassette(s):", yellow=True)
+        for path in run.pruned:
+            tr.line(f"  {path}")
+        unused = []
     if unused:
         tr.line(f"unused cassettes: {len(unused)} (delete them or run the tests that own them)", yellow=True)
         for path in unused:

@@ -20,7 +20,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["selection_problems", "find_unused", "is_laya_cassette"]
+__all__ = ["selection_problems", "find_unused", "is_laya_cassette", "prune"]
 
 # How a file pytest-laya wrote is told from other vcrpy cassettes sharing its directory
 # (pytest-recording's use the same <module>/<test>.yaml layout): it has `metadata.pytest_laya`.
@@ -89,7 +89,11 @@ def find_unused(run: "LayaRun", root: Path) -> list[str]:
         return (run.cassette_dir or module.parent / "cassettes").resolve()
 
     directories = {run.cassette_dir.resolve()} if run.cassette_dir else {directory_of(m) for m in run.modules}
-    kept = {directory_of(m) / cassette_relpath(f"{m.name}::_").parent for m in run.skipped_modules}
+    def module_folder(module: Path) -> Path:
+        nodeid = module.relative_to(root).as_posix() if module.is_relative_to(root) else module.name
+        return directory_of(module) / cassette_relpath(f"{nodeid}::_", shared=run.cassette_dir is not None).parent
+
+    kept = {module_folder(m) for m in run.skipped_modules}
     found = set()
     for directory in directories:
         if not directory.is_dir():
@@ -103,3 +107,14 @@ def find_unused(run: "LayaRun", root: Path) -> list[str]:
             if is_laya_cassette(path):
                 found.add(path)
     return sorted(_shown(p, root.resolve()) for p in found)
+
+
+def prune(unused: list[str], root: Path) -> list[str]:
+    """Delete the `unused` cassettes (paths relative to `root`, as `find_unused` gives them)."""
+    deleted = []
+    for shown in unused:
+        path = (root / shown).resolve()
+        if path.is_file() and is_laya_cassette(path):
+            path.unlink()
+            deleted.append(shown)
+    return deleted

@@ -8,7 +8,6 @@ teardown with the differences and the command that records the cassette again.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["verify_test_cassette"]
+__all__ = ["verify_route"]
 
 
 def _rerecord_command(request: pytest.FixtureRequest, run: LayaRun) -> str:
@@ -32,27 +31,17 @@ def _rerecord_command(request: pytest.FixtureRequest, run: LayaRun) -> str:
     return command
 
 
-def verify_test_cassette(request: pytest.FixtureRequest, run: LayaRun, server: Any,
-                         directory: Path, relpath: Path, path: Path) -> Iterator[Any]:
-    from pytest_laya.cassettes import laya_vcr
+def verify_route(request: pytest.FixtureRequest, run: LayaRun, route: Any) -> Any:
+    """Compare what the test's live run captured with its cassette; the `CassetteVerification`."""
     from pytest_laya.cassettes.verify import verify_interactions
     from pytest_laya.client.settings import redact_url
 
-    with laya_vcr(record=False, cassette_dir=directory, api_key=run.api_key, strict=False).cassette(relpath) as old:
-        missing = not old.exists
-        recorded = list(old.cassette.data)
-    live = laya_vcr(record=True, cassette_dir=directory, api_key=run.api_key, strict=False,
-                    record_hint="--laya-record")
-    with live.cassette(relpath) as handle:
-        try:
-            yield handle
-        finally:
-            handle.discard()  # verify never writes a cassette
+    assert route.cassette_path is not None and route.handle is not None
+    path = route.cassette_path
     invoked = Path(request.config.invocation_params.dir)
     shown = os.path.relpath(path, invoked) if path.is_relative_to(invoked) else str(path)
-    result = verify_interactions(recorded, list(handle.cassette.data), path=shown,
-                                 rerecord=_rerecord_command(request, run), server=redact_url(server.url),
-                                 tolerance=run.verify_tolerance, missing=missing)
+    result = verify_interactions(route.recorded or [], list(route.handle.cassette.data), path=shown,
+                                 rerecord=_rerecord_command(request, run), server=redact_url(route.server.url),
+                                 tolerance=run.verify_tolerance, missing=route.recorded is None)
     run.verifications().add(result)
-    if result.drifted:
-        pytest.fail(result.report(), pytrace=False)
+    return result

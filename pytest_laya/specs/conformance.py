@@ -11,29 +11,38 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.wire.exchange import Exchange
 from pytest_laya.specs.spec import Spec, Violation
+from pytest_laya.wire.exchange import Exchange
 
 __all__ = ["Conformance", "SpecViolationError", "SPECS"]
 
 SPECS = {"current": Spec.current, "target": Spec.target}
 
 
+
+
 class SpecViolationError(AssertionError):
     """A response broke the spec its server claims to implement."""
 
     def __init__(self, exchange: Exchange, spec: str, violations: list[Violation], *,
-                 cassette: str | None = None) -> None:
+                 cassette: str | None = None, claimed_by: str | None = None) -> None:
         self.violations = violations
         self.cassette = cassette
+        self.spec = spec
         listed = "\n".join(f"  {v}" for v in violations)
         source = ""
         if cassette:
             source = (f"\nThe response was replayed from the cassette {cassette}: record it again with "
                       f"--laya-record if the server changed, or fix the file if it was edited by hand.")
+        why = ""
+        if claimed_by:
+            other = "current" if spec == "target" else "target"
+            why = (f"\nThe {spec} spec applies because {claimed_by}; pass --laya-spec {other} to hold this "
+                   f"server to the {other} spec instead, or --laya-conformance=report to list violations "
+                   f"without failing.")
         super().__init__(
             f"{exchange.method} {exchange.path} -> {exchange.status} breaks the {spec} spec "
-            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}"
+            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}{why}"
         )
 
 
@@ -104,3 +113,6 @@ class Conformance:
                 tally.operations[operation] = tally.operations.get(operation, True) and bool(met)
             for header, met in row["headers"].items():
                 tally.headers[header] = tally.headers.get(header, True) and bool(met)
+
+
+SpecViolationError.__module__ = "pytest_laya.specs"  # where users import it from, as tracebacks show it

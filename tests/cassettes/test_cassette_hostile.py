@@ -252,4 +252,4 @@ def test_recording_from_parallel_workers_loses_no_interaction(pytester):
     # The server is gone: strict replay on two workers plays every interaction of every file.
     replayed = pytester.runpytest_subprocess(*common)
     replayed.assert_outcomes(passed=24)
-    replayed.stdout.fnmatch_lines(["cassettes: 24 played, 0 recorded*"])
+    replayed.stdout.fnmatch_lines(["cassettes: 24 played"])

@@ -233,7 +233,7 @@ def test_a_failed_test_keeps_the_old_cassette(cassette_file):
         with ServedLayaClient(server.url, api_key=KEY) as client:
             client.decide("bad run", NOUL)
         cassette.discard()  # what the plugin does when the test failed
-    assert cassette.outcome == "discarded" and cassette_file.read_bytes() == good
+    assert cassette.outcome == "kept" and cassette_file.read_bytes() == good
     with pytest.raises(ZeroDivisionError):
         with live() as server, use_cassette(cassette_file, record=True, api_key=KEY):
             with ServedLayaClient(server.url, api_key=KEY) as client:
@@ -559,10 +559,19 @@ def test_every_truncation_of_a_cassette_is_detected(cassette_file, tmp_path):
 @pytest.mark.parametrize("nodeid, expected", [
     ("tests/test_x.py::test_a", "test_x/test_a.yaml"),
     ("tests/unit/test_x.py::TestA::test_b[p-1]", "test_x/TestA.test_b[p-1].yaml"),
-    ("test_x.py::test_c[a/b c:d]", "test_x/test_c[a_b_c_d].yaml"),
+    ("test_x.py::test_c[a/b c:d]", "test_x/test_c[a%2Fb%20c%3Ad].yaml"),
+    ("test_x.py::test_c[a_b]", "test_x/test_c[a_b].yaml"),
+    ("test_x.py::test_c[..]", "test_x/test_c[..].yaml"),
+    ("test_x.py::test_ü[%]", "test_x/test_%C3%BC[%25].yaml"),
 ])
 def test_cassette_relpath(nodeid, expected):
     assert cassette_relpath(nodeid) == PurePosixPath(expected)
+
+
+def test_a_shared_cassette_directory_keeps_the_module_path():
+    assert cassette_relpath("tests/unit/test_x.py::test_a", shared=True) == PurePosixPath("tests/unit/test_x/test_a.yaml")
+    assert cassette_relpath("tests/api/test_x.py::test_a", shared=True) != cassette_relpath("tests/unit/test_x.py::test_a", shared=True)
+    assert cassette_relpath("../test_x.py::test_a", shared=True) == PurePosixPath("%2E./test_x/test_a.yaml")
 
 
 def test_long_test_names_stay_short_and_distinct():

@@ -292,6 +292,6 @@ def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     count = len(cases_for(REFERENCE))
-    assert f"0 recorded, {count} re-recorded unchanged" in out, out[-3000:]
+    assert f"cassettes: {count} re-recorded unchanged" in out, out[-3000:]
     for shipped in sorted((CASSETTES / REFERENCE).glob("*.yaml")):
         assert (tmp_path / REFERENCE / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name

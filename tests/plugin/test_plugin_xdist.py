@@ -46,7 +46,7 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
     report = pytester.path / "laya.json"
     recorded = sub(pytester, "-n", "2", "--laya-record", f"--laya-url={laya_serve.url}", f"--laya-report={report}")
     recorded.assert_outcomes(passed=4)
-    recorded.stdout.fnmatch_lines(["cassettes: 0 played, 4 recorded, 0 re-recorded unchanged, 0 discarded*"])
+    recorded.stdout.fnmatch_lines(["cassettes: 4 recorded"])
     assert json.loads(report.read_text())["cassettes"]["recorded"] == 4
     files = cassettes(pytester)
     assert [f.name for f in files] == [f"test_decide[{s}].yaml" for s in ("four", "one", "three", "two")]
@@ -62,7 +62,7 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
     two = sub(pytester, "-n", "2", f"--laya-report={report}")
     two.assert_outcomes(passed=4)
     two.stdout.fnmatch_lines(["mode: replay; servers: replay of live (current spec)",
-                              "cassettes: 4 played, 0 recorded*",
+                              "cassettes: 4 played",
                               "  replay of live * current  operations 2/2, headers 2/2, 0 violations in 12 responses"])
     merged = json.loads(report.read_text())
     one = sub(pytester, f"--laya-report={report}")

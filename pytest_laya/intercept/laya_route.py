@@ -1,0 +1,145 @@
+"""`LayaRoute`: a test's Laya server as the switchboard sees it, whichever client calls it.
+
+A route owns the test's cassette (replay or record) or a capture (live, fake and reference
+servers: every exchange goes to the server and is kept in memory, never saved). Every exchange
+on the route becomes an `Exchange` handed to its observer (the plugin's spec check) and is kept
+in `exchanges`; every error raised on the route (a cassette miss, a spec violation) is kept in
+`errors` too, so a test whose code swallowed it still fails at teardown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from pytest_laya.intercept.switchboard import host_of
+from pytest_laya.wire.exchange import Exchange
+
+__all__ = ["KINDS", "LayaRoute", "exchange_of"]
+
+#: replay: answered from the cassette, no socket; record: sent and saved when the test passes;
+#: capture: sent, kept in memory, never saved.
+KINDS = ("replay", "record", "capture")
+
+
+def _header_items(headers: Any) -> list[tuple[str, str]]:
+    items: list[tuple[str, str]] = []
+    for name, values in (headers or {}).items():
+        for value in values if isinstance(values, (list, tuple)) else [values]:
+            items.append((str(name), str(value)))
+    return items
+
+
+def _decoded(response: dict[str, Any]) -> dict[str, Any]:
+    """`response` with its body decoded as the client reads it (gzip/deflate/brotli undone)."""
+    headers = {str(k).lower() for k in (response.get("headers") or {})}
+    if "content-encoding" not in headers:
+        return response
+    import copy
+
+    from vcr.filters import decode_response
+
+    return decode_response(copy.deepcopy(response))
+
+
+def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0) -> Exchange:
+    """The `Exchange` of one vcrpy request and response (as recorded or played)."""
+    response = _decoded(response)
+    split = urlsplit(request.uri)
+    body = (response.get("body") or {}).get("string")
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    request_body = request.body if isinstance(request.body, bytes) or request.body is None else str(request.body).encode()
+    return Exchange(
+        method=request.method,
+        url=request.uri,
+        path=(split.path or "/") + (f"?{split.query}" if split.query else ""),
+        status=int((response.get("status") or {}).get("code") or 0),
+        headers=_CaseInsensitive(_header_items(response.get("headers"))),
+        body=body or b"",
+        request_body=request_body,
+        elapsed_s=elapsed_s,
+    )
+
+
+class _CaseInsensitive(dict):  # type: ignore[type-arg]
+    """Response headers as a mapping that answers any case (repeated headers joined with ", ")."""
+
+    def __init__(self, items: Iterable[tuple[str, str]]) -> None:
+        super().__init__()
+        for name, value in items:
+            key = name.lower()
+            super().__setitem__(key, value if key not in self else f"{self[key]}, {value}")
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
+
+
+class LayaRoute:
+    """The test's Laya server: which hosts it is, its cassette, and who sees its exchanges.
+
+    `hosts` are ``host:port`` strings (`host_of`); `catch_all` claims every request (the
+    standalone `use_cassette`). In replay a request to any host that the cassette can answer is
+    claimed too: replay answers what was recorded, wherever the client thinks the server is.
+    `redact` scrubs secrets from the message of an error raised here.
+    """
+
+    def __init__(self, cassette: Any, *, kind: str, urls: Iterable[str] = (), catch_all: bool = False,
+                 observer: Callable[[Exchange], None] | None = None,
+                 redact: Callable[[str], str] = lambda text: text) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        self.cassette = cassette
+        self.kind = kind
+        self.hosts = frozenset(host_of(url) for url in urls)
+        self.catch_all = catch_all
+        self.observer = observer
+        self.redact = redact
+        self.exchanges: list[Exchange] = []
+        self.errors: list[BaseException] = []
+
+    def claims(self, request: Any, host: str) -> bool:
+        if self.catch_all or host in self.hosts:
+            return True
+        return self.kind == "replay" and self.cassette.laya_has_match(request)
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        if exc.args and isinstance(exc.args[0], str):
+            exc.args = (self.redact(exc.args[0]), *exc.args[1:])
+        self.errors.append(exc)
+        return exc
+
+    def can_play_response_for(self, request: Any) -> bool:
+        try:
+            return bool(self.cassette.can_play_response_for(request))
+        except Exception as exc:
+            raise self._failed(exc) from None
+
+    def play_response(self, request: Any) -> Any:
+        try:
+            response = self.cassette.play_response(request)
+        except Exception as exc:
+            raise self._failed(exc) from None
+        self._observe(exchange_of(request, response))
+        return response
+
+    def append(self, request: Any, response: Any) -> None:
+        exchange = exchange_of(request, response)  # as the server sent it, before scrubbing
+        self.cassette.append(request, response)
+        self._observe(exchange)
+
+    def _observe(self, exchange: Exchange) -> None:
+        self.exchanges.append(exchange)
+        if self.observer is None:
+            return
+        try:
+            self.observer(exchange)
+        except Exception as exc:
+            raise self._failed(exc) from None

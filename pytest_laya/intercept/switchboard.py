@@ -1,0 +1,228 @@
+"""`Switchboard`: the one object vcrpy's HTTP patches talk to, routing every request by host.
+
+vcrpy patches httpx's transports (sync and async, MockTransport and ASGI/WSGI included),
+`http.client` (and so urllib), urllib3, requests, aiohttp and others; each patched call asks a
+"cassette" whether it can play a response, plays it, or appends what the network answered. The
+switchboard stands in that place for a whole test and sends each request to one route:
+
+* the test's Laya server (`LayaRoute`): answered from, or recorded into, its cassette, and
+  every exchange handed to the route's observer (the spec check);
+* another vcrpy cassette the test holds (pytest-recording's ``@pytest.mark.vcr``), for every
+  other host, with that cassette's own rules;
+* the network, untouched, or refused with `NetworkBlocked` when the run blocks it.
+
+The patches are built once per switchboard and entered per activation, so a test pays for
+switching routes, not for building vcrpy's patchers (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+__all__ = ["NetworkBlocked", "Route", "Switchboard", "host_of"]
+
+
+class NetworkBlocked(Exception):
+    """A request to a host that is neither the test's Laya server nor allowed (``--laya-block-network``)."""
+
+    def __init__(self, host: str, method: str, path: str) -> None:
+        super().__init__(
+            f"{method} {host}{path}: the network is blocked (--laya-block-network) and {host} is neither the "
+            f"test's Laya server nor in allowed_hosts; add it to laya_vcr_config's allowed_hosts, or record "
+            f"this host with pytest-recording's @pytest.mark.vcr")
+        self.host = host
+
+
+NetworkBlocked.__module__ = "pytest_laya.intercept"
+
+
+def host_of(uri: str) -> str:
+    """``host:port`` of a URL, the port made explicit (``http://a`` is ``a:80``), lower-cased."""
+    split = urlsplit(uri)
+    host = (split.hostname or "").lower()
+    port = split.port or (443 if split.scheme == "https" else 80)
+    return f"{host}:{port}"
+
+
+class Route(Protocol):
+    """What the switchboard asks of the place a request is routed to (vcrpy's cassette calls)."""
+
+    def can_play_response_for(self, request: Any) -> bool: ...
+
+    def play_response(self, request: Any) -> Any: ...
+
+    def append(self, request: Any, response: Any) -> None: ...
+
+
+class _Network:
+    """Requests that leave for the real network, unrecorded."""
+
+    def can_play_response_for(self, request: Any) -> bool:
+        return False
+
+    def play_response(self, request: Any) -> Any:  # pragma: no cover - never asked after False
+        raise AssertionError("the network route plays nothing")
+
+    def append(self, request: Any, response: Any) -> None:
+        return None
+
+
+class _Blocked(_Network):
+    def can_play_response_for(self, request: Any) -> bool:
+        split = urlsplit(request.uri)
+        raise NetworkBlocked(split.netloc or host_of(request.uri), request.method,
+                             (split.path or "/") + (f"?{split.query}" if split.query else ""))
+
+
+class _OuterCassette:
+    """Another vcrpy cassette (pytest-recording's), with the rules it would apply itself."""
+
+    def __init__(self, cassette: Any) -> None:
+        self.cassette = cassette
+
+    def can_play_response_for(self, request: Any) -> bool:
+        from vcr.errors import CannotOverwriteExistingCassetteException
+
+        if self.cassette.can_play_response_for(request):
+            return True
+        if self.cassette.write_protected and self.cassette.filter_request(request):
+            raise CannotOverwriteExistingCassetteException(cassette=self.cassette, failed_request=request)
+        return False
+
+    def play_response(self, request: Any) -> Any:
+        return self.cassette.play_response(request)
+
+    def append(self, request: Any, response: Any) -> None:
+        self.cassette.append(request, response)
+
+
+_NETWORK = _Network()
+_BLOCKED = _Blocked()
+
+
+class Switchboard:
+    """Routes each intercepted request to the active test's Laya route, an outer cassette, or the network.
+
+    `laya` routes claim requests (`claims(request)`); everything else goes to `outer` (a vcrpy
+    cassette) when there is one, else to the network, unless `block_network` refuses hosts not
+    in `allowed_hosts`. Thread-safe for requests from any thread; one activation at a time.
+    """
+
+    #: vcrpy names its per-cassette connection subclasses after this, and reads these two.
+    _path = "pytest-laya"
+    skip_patchers: tuple[str, ...] = ()
+
+    @property
+    def custom_patches(self) -> tuple[Any, ...]:
+        return vcr_response_fixes()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._patchers: list[Any] | None = None
+        self._active = False
+        self.laya: Sequence[Any] = ()
+        self.outer: _OuterCassette | None = None
+        self.block_network = False
+        self.allowed_hosts: frozenset[str] = frozenset()
+        self.ignored_hosts: frozenset[str] = frozenset()
+
+    # -- activation
+
+    @contextlib.contextmanager
+    def active(self, laya: Sequence[Any], *, outer: Any = None, block_network: bool = False,
+               allowed_hosts: Sequence[str] = (), ignored_hosts: Sequence[str] = ()) -> Iterator[Switchboard]:
+        """Route through `laya` (and `outer`) until the block ends; the HTTP patches are in place meanwhile."""
+        with self._lock:
+            if self._active:
+                raise RuntimeError("this switchboard is already active; pytest-laya routes one test at a time")
+            self._active = True
+        self.laya = tuple(laya)
+        self.outer = _OuterCassette(outer) if outer is not None else None
+        self.block_network = block_network
+        self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
+        self.ignored_hosts = frozenset(_normal_host(h) for h in ignored_hosts)
+        try:
+            with contextlib.ExitStack() as patches:
+                for patcher in self._built():
+                    patches.enter_context(patcher)
+                yield self
+        finally:
+            self.laya, self.outer = (), None
+            with self._lock:
+                self._active = False
+
+    def _built(self) -> list[Any]:
+        if self._patchers is None:
+            from vcr.patch import CassettePatcherBuilder
+
+            self._patchers = list(CassettePatcherBuilder(self).build())
+        return self._patchers
+
+    # -- routing
+
+    def _route(self, request: Any) -> Route:
+        host = host_of(request.uri)
+        if host not in self.ignored_hosts:
+            for route in self.laya:
+                if route.claims(request, host):
+                    return route
+        if self.outer is not None:
+            return self.outer
+        if self.block_network and not _allowed(host, self.allowed_hosts):
+            return _BLOCKED
+        return _NETWORK
+
+    # -- vcrpy's cassette protocol
+
+    @property
+    def write_protected(self) -> bool:
+        # Each route refuses what may not reach the network in can_play_response_for itself.
+        return False
+
+    def filter_request(self, request: Any) -> Any:
+        return request
+
+    def can_play_response_for(self, request: Any) -> bool:
+        return self._route(request).can_play_response_for(request)
+
+    def play_response(self, request: Any) -> Any:
+        return self._route(request).play_response(request)
+
+    def append(self, request: Any, response: Any) -> None:
+        self._route(request).append(request, response)
+
+    def find_requests_with_most_matches(self, request: Any) -> list[Any]:  # aiohttp's stub asks on a miss
+        return []
+
+
+def _exit_without_swallowing(self: Any, *exc_info: Any) -> None:
+    self.close()
+
+
+def vcr_response_fixes() -> tuple[Any, ...]:
+    """Patches for vcrpy's played http.client response (`vcr.stubs.VCRHTTPResponse`).
+
+    Its ``close()`` returns True, and `io.IOBase.__exit__` returns what ``close()`` returns, so an
+    exception raised inside ``with urllib.request.urlopen(...) as response:`` -- a failed assert
+    included -- vanished. The response here closes and lets it through.
+    """
+    from vcr.stubs import VCRHTTPResponse
+
+    return ((VCRHTTPResponse, "__exit__", _exit_without_swallowing),)
+
+
+def _normal_host(host: str) -> str:
+    host = host.strip().lower()
+    if "://" in host:
+        return host_of(host)
+    return host
+
+
+def _allowed(host: str, allowed: frozenset[str]) -> bool:
+    """`host` (``name:port``) is allowed by an entry naming it with or without the port."""
+    name = host.rpartition(":")[0]
+    return host in allowed or name in allowed

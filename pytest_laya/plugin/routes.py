@@ -1,0 +1,387 @@
+"""Where a test's Laya traffic goes, and what happens to it: one `TestRoute` per test.
+
+`laya_server` opens the route; every Laya fixture stands on it. The route picks the server
+(the marker's ``server=``, else the mode), opens the test's cassette (replay, record) or a
+capture (live, fake, reference: sent, never saved), and switches the process's `Switchboard`
+to it for the test, so any client the test's code uses -- httpx, urllib, requests, laya's
+RemoteRouter, the kit's own client -- is answered, recorded and held to its server's spec the
+same way. At the end it saves or checks the cassette, compares in verify mode, and fails the
+test with any error its code swallowed.
+
+Which spec an exchange is held to: ``--laya-spec`` when given; else, in replay, the spec its
+cassette was recorded under; else the ``Laya-Spec`` header of the response, else the server's
+``/health`` ``spec``, else current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, claim_cassette, pytest_recording_clash
+from pytest_laya.plugin.markers import marker_options
+from pytest_laya.plugin.run import LayaRun
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.cassettes import CassetteHandle
+    from pytest_laya.cassettes.config import CassetteConfig
+    from pytest_laya.intercept.laya_route import LayaRoute
+    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.wire.exchange import Exchange
+
+__all__ = ["ROUTE", "TestRoute", "open_test_route"]
+
+#: Where a test's route is kept, for the fixtures and hooks that need it.
+ROUTE = pytest.StashKey["TestRoute"]()
+#: Set on a test's stash once any of its phases failed, and once its call phase ran.
+FAILED = pytest.StashKey[bool]()
+CALLED = pytest.StashKey[bool]()
+
+
+@dataclass
+class TestRoute:
+    """One test's Laya server, its route through the switchboard, and what the test saw."""
+
+    __test__ = False  # not a test class, whatever pytest's naming rules say
+
+    nodeid: str
+    server: ServerHandle
+    kind: str  # replay | record | capture | verify
+    handle: CassetteHandle | None = None
+    laya: LayaRoute | None = None
+    cassette_path: Path | None = None
+    recorded: list[Any] | None = None  # verify: the cassette's interactions (None: no cassette)
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exchanges(self) -> int:
+        return len(self.laya.exchanges) if self.laya is not None else 0
+
+    def swallowed(self) -> list[BaseException]:
+        """Errors raised on the route (misses, violations, blocked hosts) that the test may have caught."""
+        return list(self.laya.errors) if self.laya is not None else []
+
+
+# -- choosing the server and the route ------------------------------------------------------
+
+def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
+    from pytest_laya.cassettes.persist import recorded_provenance
+    from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
+
+    provenance = recorded_provenance(path) or {}
+    source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
+    return ServerHandle(url=run.url or REPLAY_URL, kind="replay", spec=_recorded_spec(run, provenance),
+                        recorded_from=source)
+
+
+def _recorded_spec(run: LayaRun, provenance: dict[str, Any]) -> str:
+    if run.spec in ("current", "target"):
+        return run.spec
+    spec = provenance.get("spec")
+    return spec if spec in ("current", "target") else "auto"
+
+
+def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | None) -> ServerHandle:
+    from pytest_laya.servers.handle import ServerHandle
+
+    if wanted == "reference":
+        reference: ServerHandle = request.getfixturevalue("laya_reference_server")
+        return reference
+    if not run.url:
+        pytest.fail(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL), or "
+                    f"@pytest.mark.laya(server='reference') on the test", pytrace=False)
+    return ServerHandle(url=run.url, kind="live", spec=run.spec if run.spec in ("current", "target") else "auto",
+                        api_key=run.api_key)
+
+
+def _choose(request: pytest.FixtureRequest, run: LayaRun,
+            given: ServerHandle | None = None) -> tuple[ServerHandle, str, Path | None]:
+    """(the server, the route kind, the cassette file or None) for this test.
+
+    `given` is a project's own `laya_server`: of kind ``live`` (or ``replay``) the mode applies to
+    it as to ``--laya-url``; of any other kind it is captured and checked, never recorded.
+    """
+    from pytest_laya.servers.handle import ServerHandle
+
+    wanted = marker_options(request.node).get("server")
+    if given is not None and given.kind not in ("live", "replay"):
+        return given, "capture", None
+    if given is None and (wanted == "fake" or (wanted is None and run.mode == "fake")):
+        fake = request.getfixturevalue("_laya_session_fake")
+        return ServerHandle(url=fake.url, kind="fake", spec=run.spec if run.spec in ("current", "target") else "target"), \
+            "capture", None
+    if run.mode in ("live", "fake"):
+        return given or _live_handle(request, run, wanted), "capture", None
+    path = cassette_file(*cassette_location(request.node, run))
+    mode = run.mode
+    if mode == "record" and run.record_mode == "missing" and path.is_file():
+        mode = "replay"  # --laya-record=missing: what has a cassette replays
+    if mode == "replay":
+        return _replay_handle(run, path) if given is None else given, "replay", path
+    return given or _live_handle(request, run, wanted), ("record" if mode == "record" else "verify"), path
+
+
+# -- the spec check ------------------------------------------------------------------------
+
+class _SpecCheck:
+    """The route's observer: each exchange held to its claimed spec and counted in the run's tally."""
+
+    def __init__(self, run: LayaRun, route: TestRoute) -> None:
+        self.run = run
+        self.route = route
+        self.label = run.server_label(route.server)
+        self.claimed: str | None = None
+
+    def claim(self, exchange: Exchange) -> tuple[str, str]:
+        """(spec, why) for one exchange."""
+        from pytest_laya.wire.headers import SPEC_HEADER, claimed_spec
+
+        server = self.route.server
+        if self.run.spec in ("current", "target"):
+            return self.run.spec, f"--laya-spec {self.run.spec} was given"
+        if server.spec in ("current", "target"):
+            if server.kind == "replay":
+                return server.spec, "its cassette was recorded under it"
+            return server.spec, f"a {server.kind} server implements it"
+        from_header = claimed_spec(exchange.headers)
+        if from_header:
+            return from_header, f"the response says so in its {SPEC_HEADER} header"
+        health = self.run.health_of(server) if server.kind not in ("replay",) else None
+        if health is not None and health.spec:
+            return health.spec, f"the server's /health says \"spec\": \"{health.spec}\""
+        return "current", "the server declares no spec (no Laya-Spec header, no spec in /health), so current applies"
+
+    def __call__(self, exchange: Exchange) -> None:
+        from pytest_laya.specs.conformance import SpecViolationError
+
+        spec, why = self.claim(exchange)
+        self.claimed = self.claimed or spec
+        self.run.servers.setdefault(self.label, spec)
+        violations = self.run.tracker().check(exchange, server=self.label, claimed=spec)
+        if exchange.method == "GET" and exchange.path.split("?")[0] == "/health" and exchange.status == 404:
+            self.run.note("gaps", f"{self.label} has no /health (the current spec lets it; the target requires it)")
+        if not violations:
+            return
+        replayed = self.route.kind == "replay" and self.route.cassette_path is not None
+        error = SpecViolationError(exchange, spec, violations, cassette=str(self.route.cassette_path) if replayed else None,
+                                   claimed_by=why)
+        text = self.route.handle.redact(str(error)) if self.route.handle is not None else str(error)
+        self.route.violations.append(text)
+        if self.run.conformance_mode == "enforce":
+            raise error
+
+
+# -- opening and closing a route -------------------------------------------------------------
+
+def _open_cassette(run: LayaRun, route: TestRoute, request: pytest.FixtureRequest,
+                   config: CassetteConfig) -> CassetteHandle:
+    from pytest_laya.cassettes import laya_vcr
+
+    directory, relpath = cassette_location(request.node, run)
+    strict = marker_options(request.node).get("strict", run.strict)
+    vcr = laya_vcr(record=route.kind == "record", cassette_dir=directory, api_key=run.api_key,
+                   strict=bool(strict) and route.kind == "replay", record_hint=_record_hint(run), config=config)
+    return vcr.open(relpath)
+
+
+def _record_hint(run: LayaRun) -> str:
+    from pytest_laya.client.settings import redact_url
+
+    return "--laya-record" + (f" --laya-url {redact_url(run.url)}" if run.url else "")
+
+
+def vcr_config(request: pytest.FixtureRequest) -> CassetteConfig:
+    """The test's `laya_vcr_config` (or pytest-recording's ``vcr_config``), read and checked."""
+    from pytest_laya.cassettes.config import CassetteConfig
+
+    value = request.getfixturevalue("laya_vcr_config")
+    lenient = isinstance(value, FromVcrConfig)
+    try:
+        return CassetteConfig.from_mapping(value, where="vcr_config" if lenient else "laya_vcr_config",
+                                           lenient=lenient)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from None
+
+
+class FromVcrConfig(dict):  # type: ignore[type-arg]
+    """pytest-recording's ``vcr_config``, handed over by the default `laya_vcr_config`."""
+
+
+@contextlib.contextmanager
+def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
+                    server: ServerHandle | None = None) -> Iterator[TestRoute]:
+    """Choose the test's server, open its cassette or capture, and route its traffic for the test;
+    then save, check or compare what it recorded (`close_test_route`). `server` is a project's own
+    `laya_server` (see `_choose`)."""
+    from pytest_laya.intercept import LayaRoute
+
+    server, kind, path = _choose(request, run, server)
+    route = TestRoute(nodeid=request.node.nodeid, server=server, kind=kind, cassette_path=path)
+    request.node.stash[ROUTE] = route
+    if path is not None:
+        pytest_recording_clash(request, path)
+        claim_cassette(request, run, path)
+    config = vcr_config(request)
+    if kind == "record" or (kind in ("verify", "capture") and server.spec not in ("current", "target")):
+        # The weights' identity and the claimed spec: read once per server and session, before
+        # any cassette is in place (and never for a server whose spec is known).
+        run.health_of(server)
+    if kind == "verify":
+        route.recorded = _recorded_interactions(run, request, config)
+    route.handle = _capture(run, config) if kind in ("capture", "verify") else _open_cassette(run, route, request, config)
+    check = _SpecCheck(run, route)
+    route.laya = LayaRoute(route.handle.cassette, kind="replay" if kind == "replay" else "record",
+                           urls=_urls(run, server), observer=check, redact=route.handle.redact)
+    outer = outer_cassette(request)
+    try:
+        with run.switchboard().active([route.laya], outer=outer, block_network=run.block_network,
+                                      allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts):
+            yield route
+    finally:
+        close_test_route(request, run, route, check)
+
+
+def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRoute, check: _SpecCheck) -> None:
+    """After the test: save or check its cassette, compare in verify mode, count, report, and fail
+    the test (at teardown) with any error its code caught and hid."""
+    handle = route.handle
+    assert handle is not None
+    failed = request.node.stash.get(FAILED, False) or not request.node.stash.get(CALLED, False)
+    outcome = None
+    problems: list[str] = []
+    drift = None
+    try:
+        if route.kind == "record" and not failed:
+            _set_recorded_provenance(run, route, check)
+            problems.extend(_changed_answers(run, route))
+        if route.kind in ("replay", "record"):
+            outcome = handle.finish(failed=failed)
+            run.count_cassette(outcome)
+        if route.kind == "verify" and not failed:
+            from pytest_laya.plugin.verify_mode import verify_route
+
+            drift = verify_route(request, run, route)
+    finally:
+        run.tests.append(_test_record(run, route, outcome, drift))
+    if failed:
+        return
+    swallowed = route.swallowed() if marker_options(request.node).get("caught_errors", "fail") == "fail" else []
+    if swallowed:
+        error = swallowed[0]
+        more = f"\n(and {len(swallowed) - 1} more error(s) on the same route)" if len(swallowed) > 1 else ""
+        pytest.fail(f"{type(error).__name__}: {error}\nThe code under test caught this error, so the test went on; "
+                    f"it still fails here (a test that asserts the error itself can say "
+                    f"@pytest.mark.laya(caught_errors='ignore')).{more}", pytrace=False)
+    if drift is not None and drift.drifted:
+        pytest.fail(drift.report(), pytrace=False)
+
+
+def _test_record(run: LayaRun, route: TestRoute, outcome: str | None, drift: Any) -> dict[str, Any]:
+    return {
+        "test": route.nodeid,
+        "server": run.server_label(route.server),
+        "route": route.kind,
+        "cassette": str(route.cassette_path) if route.cassette_path is not None else None,
+        "outcome": outcome,
+        "exchanges": route.exchanges,
+        "violations": list(route.violations),
+        "drift": drift.to_json() if drift is not None else None,
+    }
+
+
+def _set_recorded_provenance(run: LayaRun, route: TestRoute, check: _SpecCheck) -> None:
+    """Where the recording came from: the server kind, the spec it claimed, which weights answered.
+
+    Only what the server says: nothing about the machine that recorded (no local versions), so
+    recording one server from two machines writes the same bytes.
+    """
+    from pytest_laya.cassettes.provenance import recorded_identity
+
+    handle = route.handle
+    assert handle is not None
+    spec = check.claimed or (run.health_of(route.server).spec if run.health_of(route.server) else None) or "current"
+    try:
+        identity = recorded_identity(handle, run.health_of(route.server), getattr(route.server, "model", None))
+    except Exception:  # noqa: BLE001 - provenance never fails a test
+        identity = None
+    # A test (or a fixture of the project) may have named the server already (set_provenance).
+    server = (handle.provenance or {}).get("server") or route.server.kind
+    handle.set_provenance(server=server, spec=spec, identity=identity)
+
+
+def _changed_answers(run: LayaRun, route: TestRoute) -> list[str]:
+    """What re-recording changed, per pointer, for the summary (a refresh that can be reviewed)."""
+    from pytest_laya.cassettes.verify import verify_interactions
+
+    handle = route.handle
+    assert handle is not None and route.cassette_path is not None
+    if not route.cassette_path.is_file():
+        return []
+    from pytest_laya.cassettes import laya_vcr
+
+    old = laya_vcr(record=False, cassette_dir=None, api_key=run.api_key, strict=False).open(route.cassette_path)
+    shown = _shown_path(route.cassette_path)
+    result = verify_interactions(list(old.cassette.data), list(handle.cassette.data), path=shown, rerecord="",
+                                 server=run.server_label(route.server), tolerance=0.0)
+    changed = [check for check in result.checks if not check.matches]
+    if not changed and len(result.checks) == len(old.cassette.data):
+        return []
+    lines = [f"{shown}: {len(changed)} of {len(result.checks)} interactions changed"]
+    for check in changed[:5]:
+        lines.append(f"  {check.line()}")
+    for line in lines:
+        run.note("re-recorded cassettes whose answers changed", line)
+    return lines
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _urls(run: LayaRun, server: ServerHandle) -> list[str]:
+    from pytest_laya.servers.handle import REPLAY_URL
+
+    urls = [server.url]
+    if server.kind == "replay":
+        urls.append(REPLAY_URL)
+        if run.url:
+            urls.append(run.url)
+    return urls
+
+
+def _capture(run: LayaRun, config: CassetteConfig) -> CassetteHandle:
+    """A record-mode cassette that is never saved: live, fake and reference traffic, scrubbed, in memory."""
+    from pytest_laya.cassettes import laya_vcr
+
+    handle = laya_vcr(record=True, cassette_dir=None, api_key=run.api_key, strict=False,
+                      config=config).open("<capture>")
+    handle.discard()
+    return handle
+
+
+def _recorded_interactions(run: LayaRun, request: pytest.FixtureRequest, config: CassetteConfig) -> list[Any] | None:
+    """verify: the cassette's interactions (None when there is no cassette)."""
+    from pytest_laya.cassettes import laya_vcr
+
+    directory, relpath = cassette_location(request.node, run)
+    old = laya_vcr(record=False, cassette_dir=directory, api_key=run.api_key, strict=False, config=config).open(relpath)
+    return list(old.cassette.data) if old.exists else None
+
+
+def outer_cassette(request: pytest.FixtureRequest) -> Any:
+    """pytest-recording's cassette, when the test is marked ``@pytest.mark.vcr``: other hosts go there."""
+    if request.node.get_closest_marker("vcr") is None or not request.config.pluginmanager.has_plugin("recording"):
+        return None
+    try:
+        return request.getfixturevalue("vcr")
+    except pytest.FixtureLookupError:
+        return None
