@@ -51,7 +51,6 @@ class ClientBase:
         policy: RetryPolicy | None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        __tracebackhide__ = True  # holds the URL (and any password in it) while settings are checked
         self.settings = ClientSettings.resolve(url, model=model, api_key=api_key, timeout_s=timeout_s, environ=environ)
         # The credentials go into the request inside httpx's auth flow, never into a headers dict.
         self._auth = request_auth(self.settings)

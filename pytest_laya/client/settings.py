@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pytest_laya.client.secret import Secret, key_problem
 from pytest_laya.wire.errors import LayaConfigError
 
-__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "redact_url", "strip_userinfo"]
+__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "RedactedUrl", "redact_url", "strip_userinfo"]
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -71,47 +71,66 @@ def redact_url(url: str) -> str:
     return head + ("***@" if userinfo else "") + host + rest
 
 
+class RedactedUrl(str):
+    """A URL (a real `str`) whose repr is `redact_url`'s: a password in it stays out of any
+    traceback's locals (`--showlocals`, error trackers), as the key does in a `Secret`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def wrap(cls, url: object) -> object:
+        return cls(url) if isinstance(url, str) and not isinstance(url, cls) else url
+
+    def __repr__(self) -> str:
+        return repr(redact_url(str(self)))
+
+
 def strip_userinfo(url: str) -> str:
     """`url` without its user:password part (the client sends those as an Authorization header)."""
     head, _userinfo, host, rest = _split_authority(url)
     return head + host + rest
 
 
+def _url_problem(url: str) -> str | None:
+    """Why the client cannot use `url` ('' when it is not http(s) at all), or None.
+
+    A separate frame that returns rather than raises: its locals (the split URL, with any
+    password in it) are gone before the error is raised.
+    """
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return "it contains whitespace or a control character (a newline left by a file or a variable?)"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port that is not a number in 0..65535
+    except ValueError:
+        return "its host or port cannot be read"
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return ""
+    if not parts.hostname:
+        return "it has no host"
+    if port == 0:
+        return "port 0 is not a port a server listens on"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "a base URL has no query string or fragment (the client adds /v1/systemone and /health)"
+    import httpx
+
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        return "httpx cannot parse it"
+    return None
+
+
 def _check_url(url: object, source: str) -> str:
-    __tracebackhide__ = True  # the frame holds the URL, and so any password in it
+    url = RedactedUrl.wrap(url)  # no frame shows a password in it
     example = "an http(s) URL such as http://127.0.0.1:8000"
     if not isinstance(url, str):
         raise LayaConfigError(f"{source} must be {example}, got a {type(url).__name__}", code="bad_setting")
-    shown = redact_url(url)
-    problem = None
-    if any(ch.isspace() or not ch.isprintable() for ch in url):
-        problem = "it contains whitespace or a control character (a newline left by a file or a variable?)"
-    else:
-        try:
-            parts = urlsplit(url)
-            parts.port  # raises ValueError for a port that is not a number in 0..65535
-        except ValueError:
-            problem = "its host or port cannot be read"
-        else:
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                problem = ""
-            elif not parts.hostname:
-                problem = "it has no host"
-            elif parts.port == 0:
-                problem = "port 0 is not a port a server listens on"
-            elif parts.query or parts.fragment or url.endswith(("?", "#")):
-                problem = "a base URL has no query string or fragment (the client adds /v1/systemone and /health)"
-    if problem is None:
-        import httpx
-
-        try:
-            httpx.URL(url)
-        except (httpx.InvalidURL, ValueError):
-            problem = "httpx cannot parse it"
+    problem = _url_problem(url)
     if problem is not None:
-        raise LayaConfigError(f"{source} must be {example}, got {shown!r}" + (f": {problem}" if problem else ""),
+        raise LayaConfigError(f"{source} must be {example}, got {redact_url(url)!r}" + (f": {problem}" if problem else ""),
                               code="bad_setting")
-    return url.rstrip("/")
+    return RedactedUrl(url.rstrip("/"))
 
 
 def _check_timeout(value: object, source: str) -> float:
@@ -153,7 +172,7 @@ class ClientSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        __tracebackhide__ = True
+        object.__setattr__(self, "url", RedactedUrl.wrap(self.url))
         try:
             key = Secret.wrap(self.api_key)
         except TypeError as exc:
@@ -196,9 +215,9 @@ class ClientSettings:
         timeout_s: float | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> "ClientSettings":
-        # The key is wrapped before anything can raise, so no traceback's locals show it; the
-        # frame is hidden from pytest's tracebacks, as it holds the URL and its password.
-        __tracebackhide__ = True
+        # The key and the URL are wrapped before anything can raise, so no traceback's locals
+        # (--showlocals, an error tracker) show the key or a password in the URL.
+        url = RedactedUrl.wrap(url)  # type: ignore[assignment]
         try:
             api_key = Secret.wrap(api_key)
         except TypeError as exc:

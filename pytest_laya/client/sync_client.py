@@ -14,6 +14,7 @@ from pytest_laya.client.base import ClientBase, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
+from pytest_laya.client.settings import RedactedUrl
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.headers import new_request_id
@@ -205,8 +206,8 @@ class ServedLayaClient(ClientBase):
         on_exchange: Callable[[Exchange], None] | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
-        __tracebackhide__ = True  # holds the URL (and any password in it) while settings are checked
         api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
+        url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
         self._http = httpx.Client(transport=transport if transport is not None else _deadline_transport(),
                                   follow_redirects=False, verify=ssl_context())

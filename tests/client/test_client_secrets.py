@@ -103,6 +103,15 @@ def test_a_password_in_the_url_is_sent_but_never_shown(kind):
     assert PASSWORD not in (info.value.url or "")
 
 
+def test_a_config_error_shows_a_password_in_the_url_in_no_frame(kind):
+    with pytest.raises(LayaConfigError) as info:
+        (ServedLayaClient if kind == "sync" else AsyncServedLayaClient)(
+            f"http://laya:{PASSWORD}@127.0.0.1:1", api_key=KEY, timeout_s=-1)
+    printed = all_locals(info.value)
+    assert "resolve: " in printed  # the settings frames are there, not hidden
+    assert PASSWORD not in printed and KEY not in printed and "***@127.0.0.1:1" in printed
+
+
 def test_an_api_key_wins_over_a_password_in_the_url(kind):
     with ScriptedServer(Respond(200, ANSWER)) as server:
         run(kind, server.url.replace("http://", f"http://laya:{PASSWORD}@"), api_key=KEY)
