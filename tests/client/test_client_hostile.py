@@ -239,6 +239,24 @@ def test_a_body_nested_100k_deep_is_an_error_with_a_code(kind, status, media, co
         assert "nests too deeply" in str(error)
 
 
+@pytest.mark.parametrize("spec", ["current", "target"])
+def test_the_spec_validator_inside_the_send_path_reports_deep_nesting_as_a_violation(kind, spec):
+    # The plugin validates every exchange from inside _send (on_exchange): a RecursionError
+    # there would leave decide() raw.
+    from pytest_laya import Spec
+
+    seen = []
+
+    def validate(exchange):
+        seen.extend(getattr(Spec, spec)().violations("POST", exchange.path, exchange.status, exchange.headers,
+                                                     exchange.body))
+
+    with ScriptedServer(Respond(200, DEEP, content_type="application/json")) as server:
+        error, _ = decide(kind, server.url, on_exchange=validate)
+    assert isinstance(error, LayaCallError) and error.code == "bad_response"
+    assert any("nested too deeply" in str(v) for v in seen), seen
+
+
 def test_deep_nesting_in_a_health_document_is_no_identity(kind):
     with ScriptedServer(Respond(200, NO_SERVED_BY), Respond(200, DEEP, content_type="application/json")) as server:
         decision, _ = decide(kind, server.url)
