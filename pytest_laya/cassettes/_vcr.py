@@ -215,7 +215,7 @@ def _classes() -> tuple[type, type]:
                 match_on=MATCH_ON,
                 before_record_request=self._laya_scrubber.request,
                 before_record_response=self._laya_scrubber.response,
-                decode_compressed_response=True,
+                decode_compressed_response=False,  # the scrubber decodes, within the client's cap
                 drop_unused_requests=True,
                 record_on_exception=False,
                 ignore_hosts=self.laya_config.ignore_hosts,

@@ -79,7 +79,127 @@ def _yaml_problem(path: Path, exc: Exception) -> CassetteError:
                          "Record it again.", path=path)
 
 
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_REQUEST_FIELDS = ("method", "uri", "body", "headers")
+# What replaying needs of the metadata.pytest_laya fields the kit reads (others are kept as they are).
+_PROVENANCE_TYPES: dict[str, tuple[type, ...]] = {
+    "format": (int,), "server": (str,), "spec": (str,), "recorded": (str,), "laya_version": (str,),
+    "identity": (dict,), "converted_from": (str,), "health_from": (str,),
+}
+
+
+def _kind(value: Any) -> str:
+    """How a wrong value is named in a message: its YAML-ish type and a short look at it."""
+    name = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", bytes: "binary",
+            list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
+    if isinstance(value, (list, dict)):
+        return name  # never repr a container: an alias bomb is billions of items deep
+    shown = repr(value[:60] if isinstance(value, (str, bytes)) else value)
+    return f"{name} ({shown[:40]}{'...' if len(shown) > 40 else ''})"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text_problem(value: Any, *, ascii_only: bool) -> str | None:
+    if not isinstance(value, str):
+        return f"is {_kind(value)}, expected a string"
+    if any(ch in value for ch in "\r\n\x00"):
+        return "holds a line break or NUL, which no HTTP header can"
+    if ascii_only and not value.isascii():
+        return "is not ASCII text, which httpx cannot send as a header"
+    return None
+
+
+def _headers_problems(where: str, headers: Any, *, lists_only: bool) -> list[str]:
+    if not isinstance(headers, dict):
+        return [f"{where} is {_kind(headers)}, expected a mapping of header names to lists of values"]
+    problems = []
+    for name, values in headers.items():
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            problems.append(f"{where} has the header name {_kind(name)}, expected a header name (a string such as content-type)")
+            continue
+        if isinstance(values, str) and not lists_only:
+            values = [values]
+        if not isinstance(values, list):
+            expected = "a list of strings" if lists_only else "a string or a list of strings"
+            problems.append(f"{where}[{name!r}] is {_kind(values)}, expected {expected} (vcrpy writes ['value'])")
+            continue
+        if not values:
+            problems.append(f"{where}[{name!r}] is an empty list, expected at least one value (or no such header)")
+        for index, value in enumerate(values):
+            problem = _text_problem(value, ascii_only=True)
+            if problem:
+                problems.append(f"{where}[{name!r}][{index}] {problem}")
+    return problems
+
+
+def _interaction_problems(interaction: Any) -> tuple[list[str], list[str]]:
+    """(missing fields, wrong fields) of one recorded interaction."""
+    if not isinstance(interaction, dict):
+        return [], [f"is {_kind(interaction)}, expected a mapping with 'request' and 'response'"]
+    missing: list[str] = []
+    wrong: list[str] = []
+    request, response = interaction.get("request"), interaction.get("response")
+    if "request" not in interaction:
+        missing.append("request")
+    elif not isinstance(request, dict):
+        wrong.append(f"request is {_kind(request)}, expected a mapping")
+    else:
+        missing += [f"request.{k}" for k in _REQUEST_FIELDS if k not in request]
+        wrong += [f"request has the unknown field {k!r} (a request has {', '.join(_REQUEST_FIELDS)})"
+                  for k in request if k not in _REQUEST_FIELDS]
+        method = request.get("method")
+        if "method" in request and (not isinstance(method, str) or not _TOKEN.match(method)):
+            wrong.append(f"request.method is {_kind(method)}, expected an HTTP method such as POST")
+        uri = request.get("uri")
+        if "uri" in request and (not isinstance(uri, str) or not uri or not uri.isprintable()):
+            wrong.append(f"request.uri is {_kind(uri)}, expected a URL such as http://laya.invalid/v1/systemone")
+        body = request.get("body")
+        if "body" in request and body is not None and not isinstance(body, (str, bytes)):
+            wrong.append(f"request.body is {_kind(body)}, expected a string (or null)")
+        if "headers" in request:
+            wrong += _headers_problems("request.headers", request["headers"], lists_only=False)
+    if "response" not in interaction:
+        missing.append("response")
+    elif not isinstance(response, dict):
+        wrong.append(f"response is {_kind(response)}, expected a mapping")
+    else:
+        status = response.get("status")
+        if not isinstance(status, dict):
+            (missing if status is None else wrong).append(
+                "response.status.code" if status is None else f"response.status is {_kind(status)}, expected a mapping")
+        else:
+            code = status.get("code")
+            if code is None:
+                missing.append("response.status.code")
+            elif not _is_int(code) or not 100 <= code <= 599:
+                wrong.append(f"response.status.code is {_kind(code)}, expected an HTTP status, an integer in 100..599")
+            if "message" not in status:
+                missing.append("response.status.message")
+            elif status["message"] is not None:
+                problem = _text_problem(status["message"], ascii_only=True)
+                if problem:
+                    wrong.append(f"response.status.message {problem} (a reason phrase such as OK)")
+        if "headers" not in response:
+            missing.append("response.headers")
+        else:
+            wrong += _headers_problems("response.headers", response["headers"], lists_only=True)
+        body = response.get("body")
+        if not isinstance(body, dict) or "string" not in body:
+            (missing if body is None or isinstance(body, dict) else wrong).append(
+                "response.body.string" if body is None or isinstance(body, dict)
+                else f"response.body is {_kind(body)}, expected a mapping with 'string'")
+        elif not isinstance(body["string"], (str, bytes)):
+            wrong.append(f"response.body.string is {_kind(body['string'])}, expected a string")
+    return missing, wrong
+
+
 def _check_structure(path: Path, data: Any) -> None:
+    """Every field vcrpy and the kit read, checked for its type and range: a `CassetteError` naming
+    the file, the interaction and the field, so no hand edit reaches vcrpy or httpx as a crash."""
+
     def bad(what: str) -> CassetteError:
         return CassetteError(f"cassette {path} {what}", path=path)
 
@@ -93,37 +213,28 @@ def _check_structure(path: Path, data: Any) -> None:
     if "version" not in data:
         # vcrpy writes `version` after `interactions` (keys are sorted), so a cut file lacks it.
         raise bad("has no 'version' key: the file is truncated (vcrpy writes it last)")
-    if data["version"] != 1:
-        raise bad(f"has format version {data['version']!r}; this vcrpy cassette format is 1")
+    if not _is_int(data["version"]) or data["version"] != 1:
+        version = data["version"]
+        shown = repr(version) if isinstance(version, (int, float, type(None))) else _kind(version)
+        raise bad(f"has format version {shown}; this vcrpy cassette format is 1")
     for number, interaction in enumerate(data["interactions"], start=1):
-        request = interaction.get("request") if isinstance(interaction, dict) else None
-        response = interaction.get("response") if isinstance(interaction, dict) else None
-        problems = []
-        if not isinstance(request, dict):
-            problems.append("request")
-        else:
-            problems += [f"request.{k}" for k in ("method", "uri") if not isinstance(request.get(k), str)]
-            problems += [f"request.{k}" for k in ("body", "headers") if k not in request]
-            if "headers" in request and not isinstance(request["headers"], dict):
-                problems.append("request.headers (a mapping)")
-        if not isinstance(response, dict):
-            problems.append("response")
-        else:
-            status = response.get("status")
-            if not isinstance(status, dict) or not isinstance(status.get("code"), int):
-                problems.append("response.status.code")
-            if not isinstance(response.get("headers"), dict):
-                problems.append("response.headers")
-            body = response.get("body")
-            if not isinstance(body, dict) or "string" not in body:
-                problems.append("response.body.string")
-        if problems:
-            raise bad(f"interaction {number} lacks {', '.join(problems)}: the file is truncated or was edited")
+        missing, wrong = _interaction_problems(interaction)
+        if missing:
+            raise bad(f"interaction {number} lacks {', '.join(missing)}: the file is truncated or was edited")
+        if wrong:
+            raise bad(f"interaction {number}: {'; '.join(wrong)}. The file was edited: fix the field, "
+                      "or delete the file and record the test again")
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad("has 'metadata' that is not a mapping")
-    if isinstance(metadata, dict) and metadata.get("pytest_laya") is not None and not isinstance(metadata["pytest_laya"], dict):
+    provenance = metadata.get("pytest_laya") if isinstance(metadata, dict) else None
+    if provenance is not None and not isinstance(provenance, dict):
         raise bad("has 'metadata.pytest_laya' that is not a mapping")
+    for key, value in (provenance or {}).items():
+        expected = _PROVENANCE_TYPES.get(key)
+        if expected and value is not None and (not isinstance(value, expected) or isinstance(value, bool)):
+            raise bad(f"has metadata.pytest_laya.{key} {_kind(value)}, expected "
+                      f"{'a mapping' if expected == (dict,) else 'an integer' if expected == (int,) else 'a string'}")
 
 
 def read_cassette(path: Path) -> dict[str, Any] | None:
@@ -205,7 +316,7 @@ class Persister:
             raise CassetteNotFoundError()
         try:
             requests, responses, *_ = serialize.deserialize("", _Parsed(data))
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
             raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}", path=path) from None
         self.loaded = data
         return requests, responses

@@ -100,7 +100,7 @@ class Scrubber:
     them never shows a secret.
     """
 
-    def __init__(self, api_key: str | None, *, learn: bool, config: CassetteConfig | None = None) -> None:
+    def __init__(self, api_key: Any, *, learn: bool, config: CassetteConfig | None = None) -> None:
         self._secrets: set[str] = set()
         self._learn = learn
         self._forms_of: tuple[frozenset[str], list[str]] = (frozenset(), [])
@@ -108,8 +108,9 @@ class Scrubber:
         self._filtered_headers = {name.lower(): replacement for name, replacement in self.config.filter_headers}
         self._filtered_query = dict(self.config.filter_query_parameters)
         self._filtered_post = dict(self.config.filter_post_data_parameters)
-        if api_key:
-            self._secrets.add(api_key)
+        plain = api_key.reveal() if hasattr(api_key, "reveal") else api_key
+        if plain:
+            self._secrets.add(plain)
 
     def keep_secret(self, value: str) -> None:
         """Scrub `value` from everything from now on (a filtered header, query or body value)."""
@@ -288,6 +289,7 @@ class Scrubber:
             if name.lower() in self._filtered_headers:
                 for value in values if isinstance(values, list) else [values]:
                     self.keep_secret(str(value))
+        original = decoded_for_cassette(response, original)
         body = response.get("body") or {}
         raw = body.get("string")
         if raw is not None:
@@ -298,7 +300,6 @@ class Scrubber:
         if isinstance(status, dict) and isinstance(status.get("message"), str):
             status["message"] = self.text(status["message"])
         kept: dict[str, list[str]] = {}
-        encoded = any(name.lower() == "content-encoding" for name in original)
         for name, values in original.items():
             lower = name.lower()
             if lower in self._filtered_headers:
@@ -306,7 +307,7 @@ class Scrubber:
                 if replaced is not None:
                     kept[lower] = [str(replaced)]
                 continue
-            if lower not in RESPONSE_HEADERS and not (lower == "content-encoding" and encoded):
+            if lower not in RESPONSE_HEADERS:
                 continue
             values = values if isinstance(values, list) else [values]
             cleaned = [self.text(str(v)) for v in values]
@@ -325,6 +326,32 @@ class Scrubber:
         if self.config.before_record_response is not None:
             return self.config.before_record_response(response)  # type: ignore[no-any-return]
         return response
+
+
+def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> dict[str, Any]:
+    """Decode a recorded body (gzip, deflate) within the client's cap; the headers without the coding.
+
+    A cassette stores what the client read, so replay needs no decoder; vcrpy's own decoding has
+    no size bound, so a small compression bomb would grow to gigabytes while recording.
+    """
+    from pytest_laya.cassettes.errors import CassetteError
+    from pytest_laya.client.call import MAX_RESPONSE_BYTES
+    from pytest_laya.client.decoding import BodyTooLarge, UndecodableBody, decode_body
+
+    encoding = next((v for k, v in headers.items() if str(k).lower() == "content-encoding"), None)
+    if not encoding:
+        return headers
+    encoding = ", ".join(map(str, encoding)) if isinstance(encoding, (list, tuple)) else str(encoding)
+    body = response.get("body") or {}
+    try:
+        body["string"] = decode_body(body_bytes(body.get("string")), encoding, MAX_RESPONSE_BYTES)
+    except BodyTooLarge:
+        raise CassetteError(f"the response body decodes to more than {MAX_RESPONSE_BYTES} bytes "
+                            f"(Content-Encoding: {encoding}); it was not recorded") from None
+    except UndecodableBody as exc:
+        raise CassetteError(f"the response body cannot be recorded: {exc}") from None
+    response["body"] = body
+    return {k: v for k, v in headers.items() if str(k).lower() != "content-encoding"}
 
 
 def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:

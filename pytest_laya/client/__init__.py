@@ -12,7 +12,8 @@ from __future__ import annotations
 from pytest_laya.client.async_client import AsyncServedLayaClient
 from pytest_laya.client.call import IDENTITY_TTL_S, MAX_RESPONSE_BYTES
 from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
-from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings, redact_url
+from pytest_laya.client.secret import Secret
+from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings, RedactedUrl, redact_url
 from pytest_laya.client.sync_client import ServedLayaClient
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.routes import DECIDE_PATH, HEALTH_PATH
@@ -27,8 +28,10 @@ __all__ = [
     "ClientSettings",
     "Deadline",
     "Exchange",
+    "RedactedUrl",
     "Retry",
     "RetryPolicy",
+    "Secret",
     "ServedLayaClient",
     "TransportFailure",
     "redact_url",

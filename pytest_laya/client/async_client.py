@@ -11,6 +11,8 @@ import httpx
 from pytest_laya.client.base import ClientBase, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
+from pytest_laya.client.secret import Secret
+from pytest_laya.client.settings import RedactedUrl
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.headers import new_request_id
@@ -32,12 +34,14 @@ class AsyncServedLayaClient(ClientBase):
         url: str | None = None,
         *,
         model: str | None = None,
-        api_key: str | None = None,
+        api_key: str | Secret | None = None,
         timeout_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
+        api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
+        url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
         self._http = httpx.AsyncClient(transport=transport, follow_redirects=False, verify=ssl_context())
 
@@ -89,19 +93,25 @@ class AsyncServedLayaClient(ClientBase):
             return Attempt(failure=TransportFailure.TIMED_OUT)
         started = time.monotonic()
         attempt = Attempt()
-        request = self._http.build_request(method, self.settings.url + path, headers=headers, content=body,
+        request = self._http.build_request(method, self.settings.request_url + path, headers=headers, content=body,
                                            timeout=httpx.Timeout(remaining))
+
+        def check() -> None:
+            # Decoding is CPU work no cancel scope interrupts: it checks the deadline itself.
+            if deadline.expired():
+                raise httpx.ReadTimeout("the deadline passed while reading the body", request=request)
+
         try:
-            # A cancel scope bounds the whole response, trickled bodies included.
+            # A cancel scope bounds the whole response, trickled heads and bodies included.
             with anyio.fail_after(remaining):
-                response = await self._http.send(request, stream=True)
+                response = await self._http.send(request, stream=True, auth=self._auth)
                 try:
-                    collected, complete = BodyCollector(), True
-                    async for chunk in response.aiter_bytes():
-                        if not collected.add(chunk):
-                            complete = False
-                            break
-                    collected.into(attempt, response, complete=complete)
+                    collected = BodyCollector(response, check)
+                    if collected.reading:
+                        async for chunk in response.aiter_raw():
+                            if not collected.add(chunk):
+                                break
+                    collected.into(attempt)
                 finally:
                     await response.aclose()
         except TimeoutError as exc:

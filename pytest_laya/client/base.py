@@ -11,20 +11,23 @@ import httpx
 
 from pytest_laya.client.call import (
     Attempt,
+    MAX_RESPONSE_BYTES,
     DecisionCall,
     IdentityCache,
+    request_auth,
     routed_names,
     routing_identity,
+    server_said,
     with_identity,
 )
 from pytest_laya.client.policy import Deadline, RetryPolicy
-from pytest_laya.client.settings import ClientSettings, redact_url
+from pytest_laya.client.secret import Secret
+from pytest_laya.client.settings import ClientSettings
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.health import Health
 from pytest_laya.wire.identity import ServedIdentity
-from pytest_laya.wire.problems import read_server_error
 from pytest_laya.wire.questions import Questions
 from pytest_laya.wire.routes import HEALTH_PATH
 
@@ -42,13 +45,15 @@ class ClientBase:
         url: str | None,
         *,
         model: str | None,
-        api_key: str | None,
+        api_key: str | Secret | None,
         timeout_s: float | None,
         on_exchange: Callable[[Exchange], None] | None,
         policy: RetryPolicy | None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = ClientSettings.resolve(url, model=model, api_key=api_key, timeout_s=timeout_s, environ=environ)
+        # The credentials go into the request inside httpx's auth flow, never into a headers dict.
+        self._auth = request_auth(self.settings)
         self.policy = policy or RetryPolicy()
         self._on_exchange = on_exchange
         self._identities = IdentityCache()
@@ -59,25 +64,29 @@ class ClientBase:
         return self.settings.url
 
     def __repr__(self) -> str:
+        if "settings" not in self.__dict__:  # a traceback from inside __init__ prints it too
+            return f"<{type(self).__name__}, not configured>"
         key = ", api_key=***" if self.settings.api_key else ""
-        return f"{type(self).__name__}({redact_url(self.settings.url)!r}, model={self.settings.model!r}{key}, timeout_s={self.settings.timeout_s:g})"
+        return f"{type(self).__name__}({self.settings.shown_url!r}, model={self.settings.model!r}{key}, timeout_s={self.settings.timeout_s:g})"
 
     def _observe(self, method: str, path: str, attempt: Attempt, request_body: bytes | None, elapsed: float) -> None:
         if self._on_exchange is not None and attempt.status is not None:
-            self._on_exchange(Exchange(method=method, url=self.settings.url + path, path=path, status=attempt.status,
+            self._on_exchange(Exchange(method=method, url=self.settings.shown_url + path, path=path, status=attempt.status,
                                        headers=attempt.headers, body=attempt.body, request_body=request_body,
                                        elapsed_s=elapsed))
 
     def _health_error(self, attempt: Attempt) -> LayaError:
-        url = redact_url(self.settings.url)
+        url = self.settings.shown_url
         if attempt.failure is not None:
             call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}", code=attempt.failure.value, url=url)
             return call
-        said = read_server_error(attempt.status or 0, attempt.headers.get("content-type"), attempt.body)
+        said = server_said(attempt.status or 0, attempt.headers, attempt.body)
         if attempt.status == 401:
             return LayaConfigError("the server refused the API key for /health", code="unauthorized", status=401,
                                    server_code=said.code, server_detail=said.detail, url=url)
-        return LayaCallError(f"GET {HEALTH_PATH} did not return a JSON health document", code="bad_response",
+        why = (f": larger than {MAX_RESPONSE_BYTES} bytes" if attempt.oversized
+               else f": {attempt.undecodable}" if attempt.undecodable else "")
+        return LayaCallError(f"GET {HEALTH_PATH} did not return a JSON health document{why}", code="bad_response",
                              status=attempt.status, server_code=said.code, server_detail=said.detail, url=url)
 
     def _begin(self, state: Any, questions: Questions, model: str | None, request_id: str | None,

@@ -15,20 +15,23 @@ from typing import Any
 
 import httpx
 
+from pytest_laya.client.decoding import ACCEPT_ENCODING, BodyDecoder, BodyTooLarge, UndecodableBody
+from pytest_laya.client.secret import BearerAuth
 from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
-from pytest_laya.client.settings import ClientSettings, redact_url
+from pytest_laya.client.settings import ClientSettings
 from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id, new_traceparent, parse_server_timing
 from pytest_laya.wire.health import Health
 from pytest_laya.wire.identity import ServedIdentity, parse_served_by
-from pytest_laya.wire.problems import read_server_error
+from pytest_laya.wire.problems import ServerError, read_server_error
 from pytest_laya.wire.questions import AskedQuestion, Questions, normalize_questions
 
 __all__ = [
     "DecisionCall",
     "IDENTITY_TTL_S",
     "MAX_RESPONSE_BYTES",
+    "request_auth",
     "request_headers",
 ]
 
@@ -37,6 +40,7 @@ __all__ = [
 IDENTITY_TTL_S = 30.0
 
 
+# The most a response body may hold, decoded (checked as it is decoded: see `decoding`).
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
@@ -56,24 +60,82 @@ class Attempt:
     failure: TransportFailure | None = None
     cause: BaseException | None = None
     oversized: bool = False
+    # Why the body could not be decoded (an unknown or broken Content-Encoding), if it could not.
+    undecodable: str | None = None
 
 
 class BodyCollector:
-    """Collects a response body up to `MAX_RESPONSE_BYTES`, for both clients' read loops."""
+    """A response body for both clients' read loops: raw bytes in, decoded with a cap that holds.
 
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._size = 0
+    The loop feeds `response.iter_raw()` chunks to `add` while `reading`, and stops when `add`
+    says False (over `MAX_RESPONSE_BYTES` decoded, or undecodable). `check` runs between
+    decoding steps, so a deadline ends a long decode too. A response that httpx has already
+    read (a `MockTransport` handler's `httpx.Response(content=...)`) is taken as it is.
+    """
+
+    def __init__(self, response: httpx.Response, check: Callable[[], None] = lambda: None) -> None:
+        self._response = response
+        self._oversized = False
+        self._problem: str | None = None
+        self._decoded_by_httpx = response.is_stream_consumed
+        encoding = None if self._decoded_by_httpx else response.headers.get("content-encoding")
+        try:
+            self._decoder: BodyDecoder | None = BodyDecoder(encoding, MAX_RESPONSE_BYTES, check)
+        except UndecodableBody as exc:
+            self._decoder, self._problem = None, str(exc)
+
+    @property
+    def reading(self) -> bool:
+        """Whether the loop should read raw chunks (False: nothing to read, or nothing wanted)."""
+        return self._decoder is not None and not self._decoded_by_httpx and not self._stopped
+
+    @property
+    def _stopped(self) -> bool:
+        return self._oversized or self._problem is not None
 
     def add(self, chunk: bytes) -> bool:
-        """Keep `chunk`; False once the body is over the cap (stop reading)."""
-        self._chunks.append(chunk)
-        self._size += len(chunk)
-        return self._size <= MAX_RESPONSE_BYTES
+        """Decode `chunk`; False once the body is over the cap or undecodable (stop reading)."""
+        assert self._decoder is not None
+        try:
+            self._decoder.feed(chunk)
+        except BodyTooLarge:
+            self._oversized = True
+        except UndecodableBody as exc:
+            self._problem = str(exc)
+        return not self._stopped
 
-    def into(self, attempt: Attempt, response: httpx.Response, *, complete: bool) -> None:
+    def into(self, attempt: Attempt) -> None:
+        response = self._response
+        if self._decoded_by_httpx and self._decoder is not None:
+            self.add(response.content)
+        if self._decoder is not None and not self._stopped:
+            try:
+                self._decoder.finish()
+            except BodyTooLarge:
+                self._oversized = True
+            except UndecodableBody as exc:
+                self._problem = str(exc)
         attempt.status, attempt.headers = response.status_code, response.headers
-        attempt.body, attempt.oversized = b"".join(self._chunks), not complete
+        attempt.body = self._decoder.body() if self._decoder is not None and not self._stopped else b""
+        attempt.oversized, attempt.undecodable = self._oversized, self._problem
+
+
+def load_json(body: bytes) -> tuple[Any, str | None]:
+    """(value, None), or (None, why not): never raises, whatever the body (deep nesting included)."""
+    try:
+        return json.loads(body), None
+    except RecursionError:
+        return None, "it nests too deeply to parse"
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def server_said(status: int, headers: httpx.Headers, body: bytes) -> ServerError:
+    """What an error response says, or nothing: reading it never raises."""
+    try:
+        return read_server_error(status, headers.get("content-type"), body)
+    except Exception:  # a body nested too deeply, or one no reader foresaw: the status still counts
+        return ServerError(status=status)
 
 
 def media_type(headers: httpx.Headers) -> str:
@@ -135,12 +197,12 @@ class DecisionCall:
         self.headers = request_headers(settings, self.request_id)
 
     def error(self, error: LayaError, status: int | None = None) -> LayaError:
-        return error.with_context(status=status, request_id=self.request_id, url=redact_url(self.settings.url))
+        return error.with_context(status=status, request_id=self.request_id, url=self.settings.shown_url)
 
     def failure_error(self, attempt: Attempt, attempts: int) -> LayaCallError:
         kind = attempt.failure
         tried = f" after {attempts} attempts" if attempts > 1 else ""
-        url = redact_url(self.settings.url)
+        url = self.settings.shown_url
         if kind is TransportFailure.TIMED_OUT:
             message = f"no complete answer from {url} within the {self.settings.timeout_s:g}s deadline{tried}"
         elif kind is TransportFailure.REFUSED:
@@ -149,12 +211,14 @@ class DecisionCall:
             message = f"the connection to {url} dropped before a complete response{tried}"
         cause = attempt.cause
         if cause is not None and kind is not TransportFailure.TIMED_OUT:
-            message += f" ({type(cause).__name__}: {cause})" if str(cause) else f" ({type(cause).__name__})"
+            # httpx's message can quote what was sent (a header value): the key is scrubbed out.
+            said = self.settings.scrub(str(cause))
+            message += f" ({type(cause).__name__}: {said})" if said else f" ({type(cause).__name__})"
         return self.error(LayaCallError(message, code=kind.value if kind else "connection_dropped"))  # type: ignore[return-value]
 
     def response_error(self, attempt: Attempt, attempts: int) -> LayaError:
         status = attempt.status or 0
-        said = read_server_error(status, attempt.headers.get("content-type"), attempt.body)
+        said = server_said(status, attempt.headers, attempt.body)
         tried = f" after {attempts} attempts" if attempts > 1 else ""
         kwargs = dict(status=status, server_code=said.code, server_detail=said.detail)
         if status == 401:
@@ -170,14 +234,19 @@ class DecisionCall:
     def read_answer(self, attempt: Attempt) -> tuple[dict[str, Any], Decision]:
         """Turn a 200 into a Decision (identity still to be filled), or raise."""
         if attempt.oversized:
-            raise self.error(LayaCallError(f"response body larger than {MAX_RESPONSE_BYTES} bytes", code="bad_response"), 200)
+            coded = attempt.headers.get("content-encoding")
+            raise self.error(LayaCallError(
+                f"response body larger than the client's cap of {MAX_RESPONSE_BYTES} bytes"
+                + (f" once decoded (Content-Encoding: {coded})" if coded else "")
+                + "; reading stopped there", code="bad_response"), 200)
+        if attempt.undecodable is not None:
+            raise self.error(LayaCallError(f"HTTP 200 body cannot be decoded: {attempt.undecodable}", code="bad_response"), 200)
         media = media_type(attempt.headers)
         if not is_json_media(media):
             raise self.error(LayaCallError(f"HTTP 200 with Content-Type {media or 'missing'!r}, expected application/json", code="bad_response"), 200)
-        try:
-            body = json.loads(attempt.body)
-        except ValueError as exc:
-            raise self.error(LayaCallError(f"HTTP 200 body is not valid JSON ({exc})", code="bad_response"), 200) from None
+        body, problem = load_json(attempt.body)
+        if problem is not None:
+            raise self.error(LayaCallError(f"HTTP 200 body is not valid JSON ({problem})", code="bad_response"), 200)
         if not isinstance(body, dict):
             raise self.error(LayaCallError(f"HTTP 200 body must be a JSON object, got {type(body).__name__}", code="bad_response"), 200)
         try:
@@ -197,7 +266,7 @@ class DecisionCall:
                 "the server cut the input to fit its token window: shorten the state or questions,"
                 " or pass allow_truncation=True", code="token_window_full"), 200)
         provenance = Provenance(
-            url=self.settings.url,
+            url=self.settings.shown_url,
             request_id=attempt.headers.get(REQUEST_ID_HEADER) or self.request_id,
             served_by=served_by,
             server_timing=parse_server_timing(attempt.headers.get("server-timing")),
@@ -221,17 +290,30 @@ class DecisionCall:
 
 
 def request_headers(settings: ClientSettings, request_id: str) -> dict[str, str]:
-    headers = {
+    """A request's headers, without credentials: `request_auth` adds those as httpx sends it.
+
+    So no dict in any frame a traceback prints (``--showlocals``) holds the key.
+    """
+    return {
         "Content-Type": "application/json",
         "Accept": "application/json, application/problem+json",
+        # Only what the client decodes itself, with its cap (see `decoding`).
+        "Accept-Encoding": ACCEPT_ENCODING,
         "User-Agent": _USER_AGENT,
         REQUEST_ID_HEADER: request_id,
         # W3C trace context: one trace per decision, so a retry shows as the same operation.
         "traceparent": new_traceparent(),
     }
+
+
+def request_auth(settings: ClientSettings) -> httpx.Auth | None:
+    """`Authorization: Bearer` for the API key; else Basic for a user:password in the URL; else None."""
     if settings.api_key:
-        headers["Authorization"] = f"Bearer {settings.api_key}"
-    return headers
+        return BearerAuth(settings.api_key)
+    if settings.request_url != settings.url:
+        url = httpx.URL(settings.url)
+        return httpx.BasicAuth(url.username, url.password)
+    return None
 
 
 def with_identity(decision: Decision, identity: ServedIdentity | None) -> Decision:
@@ -247,12 +329,9 @@ def routing_identity(body: Mapping[str, Any]) -> ServedIdentity | None:
 
 
 def health_from(attempt: Attempt) -> Health | None:
-    if attempt.status != 200 or not is_json_media(media_type(attempt.headers)):
+    if attempt.status != 200 or attempt.oversized or attempt.undecodable or not is_json_media(media_type(attempt.headers)):
         return None
-    try:
-        raw = json.loads(attempt.body)
-    except ValueError:
-        return None
+    raw, _problem = load_json(attempt.body)
     return Health(raw) if isinstance(raw, dict) else None
 
 

@@ -84,4 +84,8 @@ class RetryPolicy:
     @staticmethod
     def retry_after(headers: Mapping[str, str]) -> float | None:
         value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
-        return parse_retry_after(value)
+        try:
+            wait = parse_retry_after(value)
+        except (ValueError, OverflowError, TypeError):  # e.g. "²": a digit to str.isdigit, not to float
+            return None
+        return wait if wait is not None and wait == wait else None  # NaN never fits a deadline

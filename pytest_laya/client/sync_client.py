@@ -13,6 +13,8 @@ import httpx
 from pytest_laya.client.base import ClientBase, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
+from pytest_laya.client.secret import Secret
+from pytest_laya.client.settings import RedactedUrl
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.headers import new_request_id
@@ -26,11 +28,114 @@ __all__ = [
 ]
 
 
-class _SocketWatchdog:
-    """Ends a sync attempt at the deadline, even while a body trickles in byte by byte.
+_current = threading.local()
 
-    httpx's timeouts bound each socket read, not the whole response; shutting the socket down
-    from a timer wakes the blocked read at the deadline itself.
+
+class _DeadlineStream:
+    """An httpcore network stream whose every read and write is given at most the time left.
+
+    httpx's timeouts bound each socket operation, so a server that sends one byte of the status
+    line or a header every 100 ms never times out. Here each operation's timeout is cut to what
+    is left of the current attempt's deadline (the thread's `_current.deadline`), and once it is
+    spent the next operation fails at once. It works on every connection: a pooled keep-alive
+    one is re-used through the same stream object, so it is bounded exactly like a new one.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _bounded(timeout, "read"))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _bounded(timeout, "write"))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _bounded(timeout, "connect")))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's sync network backend with every stream a `_DeadlineStream` (connects bounded too)."""
+
+    def __init__(self) -> None:
+        import httpcore
+
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._backend.connect_tcp(host, port, _bounded(timeout, "connect"), local_address,
+                                                         socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._backend.connect_unix_socket(path, _bounded(timeout, "connect"), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _bounded(timeout: float | None, what: str) -> float | None:
+    """`timeout` cut to the current deadline; raises httpcore's timeout once it is spent."""
+    deadline: Deadline | None = getattr(_current, "deadline", None)
+    if deadline is None:
+        return timeout
+    left = deadline.remaining()
+    if left <= 0:
+        import httpcore
+
+        error = {"read": httpcore.ReadTimeout, "write": httpcore.WriteTimeout}.get(what, httpcore.ConnectTimeout)
+        raise error(f"the decision's deadline passed before this {what}")
+    return left if timeout is None else min(timeout, left)
+
+
+class _Bounded:
+    """Makes `deadline` the one every socket operation of this thread is bounded by, for a block."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self._deadline = deadline
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_current, "deadline", None)
+        _current.deadline = self._deadline
+
+    def __exit__(self, *exc: object) -> None:
+        _current.deadline = self._outer
+
+
+def _deadline_transport() -> httpx.HTTPTransport:
+    """httpx's own transport (so cassettes patch it as usual) over `_DeadlineBackend`."""
+    import httpcore
+
+    transport = httpx.HTTPTransport(verify=ssl_context())
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+    pool = httpcore.ConnectionPool(
+        ssl_context=ssl_context(),
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_DeadlineBackend(),  # type: ignore[arg-type]
+    )
+    if not isinstance(getattr(transport, "_pool", None), httpcore.ConnectionPool):
+        raise RuntimeError(f"httpx {httpx.__version__} has no HTTPTransport._pool: the sync client's deadline "
+                           "cannot be installed; pin the httpx version pytest-laya supports")
+    transport._pool.close()
+    transport._pool = pool
+    return transport
+
+
+class _SocketWatchdog:
+    """Ends a sync attempt at the deadline on a transport the client did not build itself.
+
+    With the client's own transport every socket operation is bounded (`_DeadlineStream`). A
+    transport passed in (`transport=httpx.HTTPTransport(...)`) is not: there, shutting the
+    sockets down from a timer wakes a read blocked on a trickled body at the deadline. It learns
+    a new connection's socket from httpx's trace and any connection's once its head is read.
     """
 
     def __init__(self, seconds: float) -> None:
@@ -95,14 +200,17 @@ class ServedLayaClient(ClientBase):
         url: str | None = None,
         *,
         model: str | None = None,
-        api_key: str | None = None,
+        api_key: str | Secret | None = None,
         timeout_s: float | None = None,
         transport: httpx.BaseTransport | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
+        api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
+        url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
-        self._http = httpx.Client(transport=transport, follow_redirects=False, verify=ssl_context())
+        self._http = httpx.Client(transport=transport if transport is not None else _deadline_transport(),
+                                  follow_redirects=False, verify=ssl_context())
 
     def decide(
         self,
@@ -151,21 +259,25 @@ class ServedLayaClient(ClientBase):
         watchdog = _SocketWatchdog(remaining)
         started = time.monotonic()
         attempt = Attempt()
-        request = self._http.build_request(method, self.settings.url + path, headers=headers, content=body,
+        request = self._http.build_request(method, self.settings.request_url + path, headers=headers, content=body,
                                            timeout=httpx.Timeout(remaining), extensions={"trace": watchdog.trace})
-        with watchdog:
+
+        def check() -> None:
+            if deadline.expired():
+                raise httpx.ReadTimeout("the deadline passed while reading the body", request=request)
+
+        with watchdog, _Bounded(deadline):
             try:
-                response = self._http.send(request, stream=True)
+                response = self._http.send(request, stream=True, auth=self._auth)
                 try:
                     watchdog.watch_response(response)
-                    collected, complete = BodyCollector(), True
-                    for chunk in response.iter_bytes():
-                        if not collected.add(chunk):
-                            complete = False
-                            break
-                        if deadline.expired():
-                            raise httpx.ReadTimeout("deadline passed while reading the body", request=request)
-                    collected.into(attempt, response, complete=complete)
+                    collected = BodyCollector(response, check)
+                    if collected.reading:
+                        for chunk in response.iter_raw():
+                            if not collected.add(chunk):
+                                break
+                            check()
+                    collected.into(attempt)
                 finally:
                     response.close()
             except httpx.TransportError as exc:

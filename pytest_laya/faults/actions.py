@@ -199,11 +199,17 @@ class Trickle(Action):
     The server waits ``interval_s`` before every chunk, so a client with a short read
     timeout times out *after* it has seen the status -- the case where a per-read timeout
     is not a per-decision deadline.  The connection is closed afterwards.
+
+    ``head=True`` trickles the status line and headers too, ``chunk_size`` bytes at a time:
+    a server that is slow to answer at all, yet sends a byte before any per-read timeout
+    fires, so only a deadline on the whole response can end the wait.  On a keep-alive
+    connection this is what a reused (pooled) connection sees when its second answer stalls.
     """
 
     response: Respond
     chunk_size: int = field(default=1, kw_only=True)
     interval_s: float = field(default=0.1, kw_only=True)
+    head: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.response, Respond):
@@ -211,6 +217,8 @@ class Trickle(Action):
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be an int >= 1, got {self.chunk_size!r}")
         _check_nonnegative("interval_s", self.interval_s)
+        if not isinstance(self.head, bool):
+            raise TypeError(f"head must be a bool, got {self.head!r}")
 
 
 @dataclass(frozen=True)

@@ -488,8 +488,11 @@ class ScriptedServer:
             return False
         if isinstance(action, Trickle):
             response = action.response
-            self._send(conn, response.render_head(keep_alive=False))
             payload = b"" if head_only else response.payload
+            if action.head:
+                payload = response.render_head(keep_alive=False) + payload
+            else:
+                self._send(conn, response.render_head(keep_alive=False))
             for start in range(0, len(payload), action.chunk_size):
                 if self._stopping.wait(action.interval_s):
                     raise _ConnectionDone

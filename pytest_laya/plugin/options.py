@@ -110,8 +110,8 @@ def resolve(config: pytest.Config) -> LayaRun:
     base = Path(config.inipath).parent if config.inipath and not opt.laya_cassette_dir else Path(config.invocation_params.dir)
     report = opt.laya_report or config.getini("laya_report") or None
     strict = opt.laya_strict if opt.laya_strict is not None else config.getini("laya_strict")
-    api_key = opt.laya_api_key or os.environ.get("LAYA_SERVED_API_KEY") or None
-    run = LayaRun(mode=mode, url=url.rstrip("/") if url else None, api_key=api_key, spec=spec,
+    api_key = _api_key(opt.laya_api_key, os.environ.get("LAYA_SERVED_API_KEY"))
+    run = LayaRun(mode=mode, url=_url(url), api_key=api_key, spec=spec,
                   cassette_dir=(base / cassette_dir) if cassette_dir else None, strict=bool(strict),
                   report=Path(report) if report else None, checkpoint=opt.laya_checkpoint)
     run.verify_tolerance = _verify_tolerance(config)
@@ -123,6 +123,26 @@ def resolve(config: pytest.Config) -> LayaRun:
     if run.url:
         _check_url(run)
     return run
+
+
+def _url(url: str | None) -> str | None:
+    """The server URL, as a str whose repr hides a password in it."""
+    from pytest_laya.client.settings import RedactedUrl
+
+    return RedactedUrl(url.rstrip("/")) if url else None
+
+
+def _api_key(option: str | None, environ: str | None) -> object:
+    """The API key as a `Secret` (never printable), checked once: a bad key is one usage error."""
+    from pytest_laya.client.secret import Secret, key_problem
+
+    where = "--laya-api-key" if option else "LAYA_SERVED_API_KEY"
+    key = Secret.wrap(option or environ or None)
+    if key is not None:
+        problem = key_problem(key)
+        if problem:
+            raise pytest.UsageError(f"{where}: {problem}")
+    return key
 
 
 def _verify_tolerance(config: pytest.Config) -> float:
@@ -146,6 +166,7 @@ def _verify_tolerance(config: pytest.Config) -> float:
 
 
 def _check_url(run: LayaRun) -> None:
+    from pytest_laya.client import ServedLayaClient
     from pytest_laya.client.settings import ClientSettings, redact_url
     from pytest_laya.wire.errors import LayaError
 
@@ -156,11 +177,10 @@ def _check_url(run: LayaRun) -> None:
         raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
     if run.mode not in ("live", "record", "verify"):
         return
-    import httpx
-
-    try:
-        httpx.get(run.url + "/health", timeout=5.0)
-    except httpx.HTTPError as exc:
-        raise pytest.UsageError(
-            f"--laya-url {redact_url(run.url)} cannot be reached ({type(exc).__name__}): start the server or fix the URL"
-        ) from None
+    try:  # any HTTP answer means the server is there; the client bounds the time and the body
+        with ServedLayaClient(run.url, api_key=run.api_key, timeout_s=5.0) as client:
+            client.health()
+    except LayaError as exc:
+        if exc.status is None:
+            raise pytest.UsageError(f"--laya-url {redact_url(run.url)} cannot be reached ({exc.code}): start the "
+                                    f"server or fix the URL") from None

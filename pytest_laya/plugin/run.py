@@ -40,7 +40,7 @@ class LayaRun:
 
     mode: str
     url: str | None
-    api_key: str | None = field(repr=False)
+    api_key: Any = field(repr=False)  # a `pytest_laya.client.Secret`, or None
     spec: str | None
     cassette_dir: Path | None
     strict: bool

@@ -423,6 +423,9 @@ class Spec:
                 instance = json.loads(instance)
             except ValueError as exc:
                 return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
+            except RecursionError:  # a body nested thousands deep: a violation, never a crash
+                return [Violation(where, f"a valid JSON {chosen} body", "JSON nested too deeply to parse",
+                                  rule="#" + media_pointer)]
         if "schema" not in definition:
             return []
         return self._schema_violations(f"{media_pointer}/schema", instance, where)

@@ -78,7 +78,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" and "٣" are digits to isdigit, not to float
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

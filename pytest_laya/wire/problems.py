@@ -86,7 +86,7 @@ def read_server_error(status: int, content_type: str | None, body: bytes | str |
     if isinstance(body, str):
         try:
             parsed = json.loads(body) if body.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
             return ServerError(status=status, detail=_text(body) or None)
     if not isinstance(parsed, Mapping):
         return ServerError(status=status, detail=_text(parsed))

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_laya import ServedLayaClient
 from pytest_laya.cassettes import CassetteError, use_cassette
@@ -253,3 +255,194 @@ def test_recording_from_parallel_workers_loses_no_interaction(pytester):
     replayed = pytester.runpytest_subprocess(*common)
     replayed.assert_outcomes(passed=24)
     replayed.stdout.fnmatch_lines(["cassettes: 24 played"])
+
+
+# -- hand edits with the wrong types (issue 16) ------------------------------------------------
+
+def _edit(recorded: str, change) -> str:
+    data = yaml.safe_load(recorded)
+    change(data, data["interactions"][0])
+    return yaml.safe_dump(data)
+
+
+def _set(*keys, value):
+    def change(data, first):
+        target = first
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return change
+
+
+def _header_name(first_data, first):
+    first["response"]["headers"][7] = ["x"]
+
+
+def _pop(*keys):
+    def change(data, first):
+        target = first
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+    return change
+
+
+EDITS = {
+    "status-message-int": (_set("response", "status", "message", value=200), "response.status.message is an integer"),
+    "status-message-non-ascii": (_set("response", "status", "message", value="Ökay"), "response.status.message is not ASCII"),
+    "status-code-true": (_set("response", "status", "code", value=True), "response.status.code is a boolean"),
+    "status-code-999": (_set("response", "status", "code", value=999), "response.status.code is an integer (999)"),
+    "status-code-99": (_set("response", "status", "code", value=99), "in 100..599"),
+    "status-code-string": (_set("response", "status", "code", value="200"), "response.status.code is a string"),
+    "status-code-float": (_set("response", "status", "code", value=200.0), "response.status.code is a number"),
+    "status-not-mapping": (_set("response", "status", value=[200]), "response.status is a list"),
+    "no-status-message": (_pop("response", "status", "message"), "lacks response.status.message"),
+    "header-name-int": (_header_name, "response.headers has the header name an integer (7)"),
+    "header-value-int": (_set("response", "headers", "content-type", value=[7]), "response.headers['content-type'][0] is an integer"),
+    "header-value-bare-string": (_set("response", "headers", "content-type", value="application/json"),
+                                 "expected a list of strings"),
+    "header-value-newline": (_set("response", "headers", "content-type", value=["a\nb"]), "line break"),
+    "header-value-non-ascii": (_set("response", "headers", "x-request-id", value=["récorded"]), "not ASCII"),
+    "response-headers-list": (_set("response", "headers", value=["content-type"]), "response.headers is a list"),
+    "request-header-value-dict": (_set("request", "headers", "accept", value={"a": 1}), "request.headers['accept'] is a mapping"),
+    "request-headers-null": (_set("request", "headers", value=None), "request.headers is null"),
+    "body-string-int": (_set("response", "body", "string", value=5), "response.body.string is an integer"),
+    "body-string-null": (_set("response", "body", "string", value=None), "response.body.string is null"),
+    "body-not-mapping": (_set("response", "body", value="text"), "response.body is a string"),
+    "request-body-list": (_set("request", "body", value=["x"]), "request.body is a list"),
+    "uri-int": (_set("request", "uri", value=80), "request.uri is an integer"),
+    "method-int": (_set("request", "method", value=1), "request.method is an integer"),
+    "method-with-space": (_set("request", "method", value="PO ST"), "request.method is a string"),
+    "request-extra-field": (_set("request", "timeout", value=3), "unknown field 'timeout'"),
+    "interaction-string": (lambda data, first: data["interactions"].__setitem__(0, "request"), "interaction 1: is a string"),
+    "version-true": (lambda data, first: data.__setitem__("version", True), "format version True"),
+    "provenance-format-string": (lambda data, first: data["metadata"]["pytest_laya"].__setitem__("format", "1"),
+                                 "metadata.pytest_laya.format a string"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_a_hand_edit_with_a_wrong_type_is_a_cassette_error_naming_file_interaction_and_field(recorded, tmp_path, edit):
+    change, needle = EDITS[edit]
+    path = tmp_path / "edited.yaml"
+    path.write_text(_edit(recorded, change))
+    with pytest.raises(CassetteError) as caught:
+        with use_cassette(path, record=False):
+            decide()
+    _assert_one_clear_error(caught.value, path, needle)
+    if edit not in ("version-true", "provenance-format-string"):
+        assert "interaction 1" in str(caught.value)
+
+
+# -- any mutation of a real cassette loads or is a CassetteError ---------------------------------
+
+SHIPPED = Path(__file__).resolve().parents[2] / "cassettes"
+MUTATED_FROM = [SHIPPED / "reference" / "choice.yaml", SHIPPED / "reference" / "health.yaml",
+                SHIPPED / "laya-serve-0.4.15" / "score.yaml", SHIPPED / "laya-serve-0.4.15" / "missing_bearer.yaml"]
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _paths(value, (*prefix, index))
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 1000) | st.floats(allow_nan=False) | st.text(max_size=12)
+    | st.binary(max_size=8) | st.sampled_from(["", "GET", "200", "OK", "application/json", "http://x/health", "\x00"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8) | st.integers(0, 9), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _mutations(draw):
+    import copy
+
+    source = draw(st.sampled_from(MUTATED_FROM))
+    data = copy.deepcopy(_SHIPPED_DATA[source])
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _paths(data) if p]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent = data
+        for key in path[:-1]:
+            parent = parent[key]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "add" and isinstance(parent, dict):
+            parent[draw(st.text(max_size=8) | st.integers(0, 9))] = draw(_VALUES)
+        else:
+            parent[path[-1]] = draw(_VALUES)
+    return source, data
+
+
+_SHIPPED_DATA = {path: yaml.safe_load(path.read_text()) for path in MUTATED_FROM}
+
+
+def _replay_everything(path: Path) -> None:
+    """Load the cassette and send each recorded request again, through httpx and the client."""
+    import httpx
+
+    from pytest_laya import LayaError
+
+    with use_cassette(path, record=False, strict=False) as cassette:
+        data = yaml.safe_load(path.read_text())
+        for interaction in data["interactions"]:
+            request = interaction["request"]
+            url = "http://127.0.0.1:1" + httpx.URL(request["uri"]).raw_path.decode("ascii")
+            body = request["body"]
+            try:
+                with ServedLayaClient("http://127.0.0.1:1", timeout_s=2) as client:
+                    sent = json.loads(body) if isinstance(body, str) and body.startswith("{") else None
+                    if isinstance(sent, dict) and request["method"] == "POST" and "questions" in sent:
+                        client.decide(sent.get("state"), sent["questions"], model=sent.get("model"))
+                    else:
+                        httpx.request(request["method"], url, content=body, timeout=2).read()
+            except (LayaError, CassetteError):
+                pass
+        assert cassette.exists
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mutation=_mutations())
+def test_any_mutation_of_a_shipped_cassette_loads_or_is_a_cassette_error(tmp_path, mutation):
+    source, data = mutation
+    path = tmp_path / f"mutated-{source.stem}.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    try:
+        _replay_everything(path)
+    except CassetteError as exc:
+        assert exc.path == path and str(path) in str(exc), exc
+
+
+@pytest.mark.parametrize("where", ["version", "status-code", "header-value", "request-body", "metadata-format"])
+def test_an_alias_bomb_in_any_checked_field_is_refused_at_once(recorded, tmp_path, where):
+    # The checks name a wrong value's type; a container is never repr'd (it would expand the bomb).
+    anchors = "laughs0: &l0 [" + ", ".join(['"lol"'] * 9) + "]\n"
+    anchors += "".join(f"laughs{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 9))
+    edits = {
+        "version": ("version: 1\n", "version: *l8\n"),
+        "status-code": ("      code: 200\n", "      code: *l8\n"),
+        "header-value": ("      x-request-id:\n      - recorded\n    method: POST",
+                         "      x-request-id: *l8\n    method: POST"),
+        "request-body": ("- request:\n    body: ", "- request:\n    body: *l8\n    x-was: "),
+        "metadata-format": ("    format: 1\n", "    format: *l8\n"),
+    }
+    old, new = edits[where]
+    assert old in recorded, where
+    path = tmp_path / "bomb.yaml"
+    path.write_text(anchors + recorded.replace(old, new, 1))
+    started = time.monotonic()
+    with pytest.raises(CassetteError) as caught:
+        with use_cassette(path, record=False):
+            decide()
+    assert time.monotonic() - started < 10
+    assert caught.value.path == path and len(str(caught.value)) < 2000
+    assert "is not valid YAML" not in str(caught.value)  # refused by the field check itself

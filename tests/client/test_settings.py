@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya import LayaConfigError, ServedLayaClient
+from pytest_laya.client.secret import Secret
 from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings
 
 
@@ -12,7 +13,8 @@ def test_environment_supplies_defaults():
     env = {"LAYA_SERVED_URL": "http://127.0.0.1:9/", "LAYA_SERVED_MODEL": "english",
            "LAYA_SERVED_API_KEY": "k", "LAYA_SERVED_TIMEOUT_S": "2.5"}
     s = ClientSettings.resolve(environ=env)
-    assert (s.url, s.model, s.api_key, s.timeout_s) == ("http://127.0.0.1:9", "english", "k", 2.5)
+    assert (s.url, s.model, s.api_key.reveal(), s.timeout_s) == ("http://127.0.0.1:9", "english", "k", 2.5)
+    assert "k" not in repr(s.api_key) and s.api_key == Secret("k")
 
 
 def test_arguments_win_over_the_environment():
@@ -69,3 +71,96 @@ def test_a_bad_request_id_is_a_config_error():
     with pytest.raises(LayaConfigError, match="request_id"):
         client.decide("s", {"q": {"type": "noul", "instructions": "?"}}, request_id="has space")
     client.close()
+
+
+# --------------------------------------------------------------------------- keys and URLs (issue 16)
+
+KEY = "sk-canary/7f3a+9c2e=5b1d4e60"
+
+
+@pytest.mark.parametrize(("key", "says"), [
+    (KEY + "\n", "a line feed at the end (read the secret file with .strip())"),
+    (KEY + "\r\n", "a carriage return"),
+    (" " + KEY, "a space at the start"),
+    (KEY[:5] + "\t" + KEY[5:], "a tab at position 6"),
+    (KEY + "\u00e9", "a non-ASCII character at the end"),
+    (KEY + "\u4e2d", "a non-ASCII character at the end"),
+    (KEY[:3] + "\x00" + KEY[3:], "a control character at position 4"),
+    (KEY + "\u00a0", "whitespace at the end"),
+])
+@pytest.mark.parametrize("source", ["api_key", "LAYA_SERVED_API_KEY"])
+def test_a_key_that_cannot_be_sent_is_a_config_error_that_never_shows_it(key, says, source):
+    env = {"LAYA_SERVED_URL": "http://127.0.0.1:1"}
+    kwargs = {}
+    if source == "api_key":
+        kwargs["api_key"] = key
+    else:
+        env["LAYA_SERVED_API_KEY"] = key
+    with pytest.raises(LayaConfigError) as info:
+        ClientSettings.resolve(environ=env, **kwargs)
+    message = str(info.value)
+    assert info.value.code == "bad_setting" and says in message and f"from {source}" in message
+    assert KEY not in message and KEY[:8] not in message and KEY[-8:] not in message
+
+
+def test_a_client_with_a_bad_key_sends_nothing():
+    with pytest.raises(LayaConfigError, match="line feed") as info:
+        ServedLayaClient("http://127.0.0.1:1", api_key=KEY + "\n")
+    assert KEY not in str(info.value)
+
+
+def test_a_secret_never_prints_and_never_pickles():
+    import pickle
+
+    secret = Secret(KEY)
+    shown = [repr(secret), str(secret), f"{secret}", f"{secret!r}", "%s" % secret, format(secret, ">40")]
+    assert all(KEY not in text and "***" in text for text in shown)
+    assert secret.reveal() == KEY and secret == Secret(KEY) and secret != Secret(KEY + "x") and secret != KEY
+    assert Secret.wrap("") is None and Secret.wrap(None) is None and Secret.wrap(secret) is secret
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(secret)
+    settings = ClientSettings("http://user:hunter22@127.0.0.1:1", api_key=KEY)
+    assert isinstance(settings.api_key, Secret)
+    assert KEY not in repr(settings) and "hunter22" not in repr(settings)
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://[::1", "cannot be read"),
+    ("http://127.0.0.1:99999", "cannot be read"),
+    ("http://127.0.0.1:0", "port 0"),
+    ("http://exa mple.com", "whitespace"),
+    ("http://127.0.0.1:8000\n", "whitespace"),
+    ("http://a\x00b", "control character"),
+    ("http://127.0.0.1:8000/?token=hunter22", "no query string"),
+    ("http://127.0.0.1:8000/#x", "no query string"),
+    ("http://:8000", "no host"),
+    ("http://user:hunter22@[::1", "cannot be read"),
+    ("user:hunter22@127.0.0.1:8000", "must be an http"),
+])
+def test_a_url_the_client_cannot_use_is_a_config_error_without_its_secrets(url, says):
+    with pytest.raises(LayaConfigError) as info:
+        ClientSettings.resolve(url)
+    assert info.value.code == "bad_setting" and says in str(info.value)
+    assert "hunter22" not in str(info.value)
+
+
+def test_a_non_string_setting_is_a_config_error():
+    for kwargs in ({"url": 8000}, {"url": "http://a:1", "model": 3}, {"url": "http://a:1", "api_key": 123}):
+        with pytest.raises(LayaConfigError) as info:
+            ClientSettings.resolve(**kwargs)
+        assert info.value.code == "bad_setting"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:hunter22@host:1/p", "http://***@host:1/p"),
+    ("http://user:p@ss:hunter22@host", "http://***@host"),
+    ("http://user:hunter%2F22@host?x=1", "http://***@host?***"),
+    ("user:hunter22@host:1", "***@host:1"),
+    ("http://host:1/p?token=hunter22#frag", "http://host:1/p?***#frag"),
+    ("http://host:1", "http://host:1"),
+    ("http://[::1", "http://[::1"),
+])
+def test_redact_url_hides_credentials_and_queries_and_never_raises(url, shown):
+    from pytest_laya.client import redact_url
+
+    assert redact_url(url) == shown

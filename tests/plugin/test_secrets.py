@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -24,13 +25,29 @@ pytest_plugins = ["pytester"]
 
 # '/', '+' and '=' (as in base64-style keys) make the URL-encoded forms differ from the raw one.
 CANARY = "sk-canary/7f3a+9c2e=5b1d4e60"
+
+
+def _base64_forms(name: str, secret: bytes) -> dict[str, str]:
+    """The base64 of `secret` as it shows inside any longer base64 text, whatever follows it
+    (a newline, a non-ASCII tail) and at each of the three alignments: whole groups only."""
+    forms = {}
+    for shift in range(3):
+        part = secret[shift:]
+        whole = len(part) // 3 * 3
+        forms[f"base64 {name} (offset {shift})"] = base64.b64encode(part[:whole]).decode()
+    return forms
+
+
 FORMS = {
     "raw": CANARY,
     "url-encoded": quote(CANARY, safe=""),
+    "url-encoded, lower-case hex": re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(CANARY, safe="")),
     "form-encoded": quote_plus(CANARY),
     "json-escaped": json.dumps(CANARY)[1:-1],
-    "base64 bearer": base64.b64encode(f"Bearer {CANARY}".encode()).decode(),
-    "base64 key": base64.b64encode(CANARY.encode()).decode(),
+    "json-escaped with \\/": json.dumps(CANARY)[1:-1].replace("/", "\\/"),
+    "json \\u-escaped": "".join(f"\\u{ord(c):04x}" for c in CANARY),
+    **_base64_forms("bearer", f"Bearer {CANARY}".encode()),
+    **_base64_forms("key", CANARY.encode()),
     "reversed": CANARY[::-1],
 }
 
@@ -65,12 +82,12 @@ def test_a_refused_key_is_a_config_error(laya_client):
 """
 
 
-def _run(pytester, monkeypatch, mode_args: list[str], name: str, *, env_key: bool):
+def _run(pytester, monkeypatch, mode_args: list[str], name: str, *, env_key: bool, key: str = CANARY):
     report = pytester.path / f"{name}.json"
     junit = pytester.path / f"{name}.xml"
     logfile = pytester.path / f"{name}.log"
     if env_key:
-        monkeypatch.setenv("LAYA_SERVED_API_KEY", CANARY)
+        monkeypatch.setenv("LAYA_SERVED_API_KEY", key)
     else:
         monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
         mode_args = [*mode_args, f"--laya-api-key={CANARY}"]
@@ -139,3 +156,55 @@ def test_the_search_would_find_a_leak(pytester):
     (pytester.path / "leaky.log").write_text(f"Authorization: Bearer {CANARY}\n")
     with pytest.raises(AssertionError, match="leaky.log"):
         _assert_nowhere(pytester, {})
+
+
+# --------------------------------------------------------------------------- keys the client refuses (issue 16)
+
+CLIENT_SUITE = """
+import os
+
+from pytest_laya import ServedLayaClient
+
+Q = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+
+
+def test_a_key_read_from_a_secret_file_with_its_newline():
+    ServedLayaClient(os.environ["SUITE_URL"], api_key=os.environ["SUITE_KEY"] + "\\n")
+
+
+def test_a_key_with_a_non_ascii_character():
+    ServedLayaClient(os.environ["SUITE_URL"], api_key=os.environ["SUITE_KEY"] + "\\u00e9")
+
+
+def test_a_spec_violation_raised_inside_the_send_path(laya_client):
+    laya_client.decide("I was charged twice.", Q)
+"""
+
+
+@pytest.mark.parametrize("env_tail", ["", "\n", "\u00e9"], ids=["clean key", "key with newline", "non-ASCII key"])
+def test_a_refused_key_or_a_violation_in_the_send_path_never_prints_the_key(pytester, monkeypatch, env_tail):
+    from pytest_laya.faults import Respond, ScriptedServer
+
+    pytester.makepyfile(test_client_suite=CLIENT_SUITE)
+    broken = {"model": "m", "answers": {"refund": {"type": "noul", "noul": 1.5, "confidence": 0.5}},
+              "usage": {"input_tokens": 1, "output_tokens": 0}}
+    with ScriptedServer(default=Respond(200, broken)) as server:
+        monkeypatch.setenv("SUITE_URL", server.url)
+        monkeypatch.setenv("SUITE_KEY", CANARY)
+        # --full-trace: every frame is printed with its locals, the kit's own included.
+        result, _ = _run(pytester, monkeypatch, ["--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
+                                                 "--full-trace"],
+                         f"client-{len(env_tail)}", env_key=True, key=CANARY + env_tail)
+        sent = [r.headers.get("authorization") for r in server.requests if r.path == "/v1/systemone"]
+    output = result.stdout.str()
+    if env_tail:
+        # A key the plugin cannot send is one usage error at start-up, naming where it came from.
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert "LAYA_SERVED_API_KEY" in result.stderr.str()
+        assert ("line feed at the end" if env_tail == "\n" else "non-ASCII") in result.stderr.str()
+        assert sent == []  # nothing was sent
+    else:
+        result.assert_outcomes(failed=3)
+        assert output.count("[bad_setting]") >= 2 and "line feed at the end" in output and "non-ASCII" in output
+        assert sent == [f"Bearer {CANARY}"] and "SpecViolationError" in output and "_send" in output
+    _assert_nowhere(pytester, {"stdout": output, "stderr": result.stderr.str()})
