@@ -18,7 +18,7 @@ import pytest
 
 from pytest_laya.plugin import options, summary
 from pytest_laya.plugin.cassette_fixture import CALLED, FAILED, cassette_file, cassette_location, use_test_cassette
-from pytest_laya.plugin.markers import MARKER_HELP, marker_options
+from pytest_laya.plugin.markers import MARKER_HELP, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import choose_server, reference_server, spec_observer
 
@@ -187,8 +187,11 @@ def laya_run(pytestconfig: pytest.Config) -> LayaRun:
 def _laya_session_fake() -> Iterator[FakeLayaServer]:
     from pytest_laya.fake import FakeLayaServer
 
-    with FakeLayaServer() as server:
+    server = FakeLayaServer().start()  # pins are per test (the marker's), checked at each test's teardown
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -198,13 +201,20 @@ def laya_reference_server(laya_run: LayaRun) -> Iterator[ServerHandle]:
 
 
 @pytest.fixture
-def laya_fake_server() -> Iterator[FakeLayaServer]:
+def laya_fake_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[FakeLayaServer]:
     """A fresh fake Laya on a loopback port, speaking the target spec, with a fault script
-    (`refuse()`, `reset()`, `delay(s)`, `trickle()`, `status(503, retry_after=1)`, `garbage_body()`...)."""
+    (`refuse()`, `reset()`, `delay(s)`, `trickle()`, `status(503, retry_after=1)`, `garbage_body()`...),
+    pinned answers (`decide(...)`, the marker's ``answers=``) and the `calls` it answered.
+    Pin mistakes fail the test at teardown."""
     from pytest_laya.fake import FakeLayaServer
 
-    with FakeLayaServer() as server:
+    server = FakeLayaServer().start()
+    try:
+        pin_marker_answers(request, server.laya, laya_run)
         yield server
+    finally:
+        server.stop()
+    check_test_pins(request, laya_run, server.laya)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
-from pytest_laya.plugin.markers import marker_options
+from pytest_laya.plugin.markers import marker_options, pin_marker_answers
 from pytest_laya.plugin.run import LayaRun
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +34,7 @@ def choose_server(request: pytest.FixtureRequest, run: LayaRun) -> ServerHandle:
         return request.getfixturevalue("laya_reference_server")
     if wanted == "fake" or (wanted is None and run.mode == "fake"):
         fake = request.getfixturevalue("_laya_session_fake")
+        pin_marker_answers(request, fake.laya, run)
         return ServerHandle(url=fake.url, kind="fake", spec="target")
     if run.mode == "replay" and wanted is None:
         # Held to the spec its cassette was recorded under, unless --laya-spec says otherwise.

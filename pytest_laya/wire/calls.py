@@ -306,6 +306,7 @@ class Call:
 
     def assert_matches(self, **expected: Any) -> None:
         """Raise AssertionError listing every difference from `expected` (see `differences`)."""
+        __tracebackhide__ = True  # pytest shows the test's line, not this one
         found = self.differences(**expected)
         if found:
             raise AssertionError(f"{self.summary()} differs from what was expected:\n" + _lines(found))
@@ -335,28 +336,34 @@ class Calls(list):
         return self[-1]
 
     def assert_not_called(self) -> None:
+        __tracebackhide__ = True
         if self:
             raise AssertionError(f"expected no call, got {len(self)}:\n{self._listing()}")
 
     def assert_call_count(self, count: int) -> None:
+        __tracebackhide__ = True
         if len(self) != count:
             raise AssertionError(f"expected {count} call(s), got {len(self)}" + (f":\n{self._listing()}" if self else ""))
 
     def assert_called_once(self) -> None:
+        __tracebackhide__ = True
         self.assert_call_count(1)
 
     def assert_called_once_with(self, **expected: Any) -> None:
         """Exactly one call, and it matches `expected`."""
+        __tracebackhide__ = True
         if len(self) != 1:
             raise AssertionError(f"expected 1 call, got {len(self)}" + (f":\n{self._listing()}" if self else ""))
         self[0].assert_matches(**expected)
 
     def assert_called_with(self, **expected: Any) -> None:
         """The last call matches `expected`."""
+        __tracebackhide__ = True
         self.last.assert_matches(**expected)
 
     def assert_any_call(self, **expected: Any) -> None:
         """Some call matches `expected`; else the closest one's differences are shown."""
+        __tracebackhide__ = True
         if not self:
             raise AssertionError("expected a matching call, but no call was made")
         ranked = sorted(((call.differences(**expected), i) for i, call in enumerate(self)), key=lambda d: len(d[0]))
