@@ -62,6 +62,8 @@ SERVER_NAME = "pytest-laya-fake"
 #: that misses the intercept fails instead of reaching a real host.
 IN_PROCESS_URL = "http://laya.invalid"
 _DECISION_PATHS = (DECIDE_PATH, BATCH_PATH)
+# Entries the memo of question tokens and pinned answers holds before it starts afresh.
+_MEMO_SIZE = 4096
 
 
 def _canonical(value: Any) -> str:
@@ -73,6 +75,18 @@ def _unit(parts: list[Any]) -> float:
     """A number in [0, 1) that depends on `parts` only: blake2b-64 of their canonical JSON / 2**64."""
     data = _canonical(parts).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") / 2.0**64
+
+
+_KEY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _question_key(question: Mapping[str, Any]) -> str:
+    """One question's JSON as sent (key order kept): what its tokens and pinned answers depend on."""
+    return _KEY_ENCODER.encode(question)
+
+
+def _value_key(value: Any) -> Any:
+    return ("map", json.dumps(value, sort_keys=True, default=str)) if isinstance(value, Mapping) else (type(value), value)
 
 
 def count_tokens(value: Any) -> int:
@@ -186,6 +200,7 @@ class FakeLaya:
         self._calls_lock = threading.Lock()
         self._pins = PinBoard()
         self._local = threading.local()
+        self._memory: dict[tuple[Any, ...], Any] = {}
 
     def __repr__(self) -> str:
         return f"FakeLaya(model={self.model!r}, revision={self.revision!r}, flavor={self.flavor!r})"
@@ -310,10 +325,13 @@ class FakeLaya:
             return tokens + sum(count_tokens(level) for _, level in _options(question))
         return tokens + sum(count_tokens(key) + count_tokens(text) for key, text in _options(question))
 
-    def usage(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def usage(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+              _keys: Mapping[str, str] | None = None) -> dict[str, Any]:
         """`usage` for one state: tokens of the state and of every question; nothing is ever cut."""
         state_tokens = count_tokens(state)
-        input_tokens = state_tokens + sum(self.question_tokens(q) for q in questions.values())
+        keys = _keys if _keys is not None else {qid: _question_key(q) for qid, q in questions.items()}
+        input_tokens = state_tokens + sum(self._memo(("tokens", keys[qid]), lambda q=q: self.question_tokens(q))
+                                          for qid, q in questions.items())
         if self.flavor == LAYA_SERVE:
             return {"input_tokens": input_tokens, "output_tokens": 0, "state_tokens": state_tokens,
                     "state_tokens_dropped": 0, "truncated": False, "truncated_questions": []}
@@ -321,24 +339,40 @@ class FakeLaya:
 
     def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(answers in question order, usage) for already valid questions, pins applied."""
+        keys = {qid: _question_key(q) for qid, q in questions.items()}
         if not self._pins.active:
             answers = {qid: self.answer_question(state, q) for qid, q in questions.items()}
-            return answers, self.usage(state, questions)
+            return answers, self.usage(state, questions, keys)
         plan = self._pins.plan(state, questions)
         answers = {}
         for qid, q in questions.items():
             if qid in plan:
                 pin, value = plan[qid]
                 try:
-                    answers[qid] = self.pinned_answer(qid, q, value)
+                    # A pinned answer depends on the question and the value only: computed once.
+                    answer = self._memo(("pinned", qid, keys[qid], _value_key(value)),
+                                        lambda qid=qid, q=q, value=value: self.pinned_answer(qid, q, value))
                 except PinError as exc:
                     raise PinError(f"{pin!r}: {exc.summary}", question=qid, pin=pin) from None
+                answers[qid] = {k: dict(v) if isinstance(v, dict) else v for k, v in answer.items()}
             else:
                 answers[qid] = self.answer_question(state, q)
         used = getattr(self._local, "pins", None)
         if used is not None:
             used.update((qid, pin) for qid, (pin, _) in plan.items())
-        return answers, self.usage(state, questions)
+        return answers, self.usage(state, questions, keys)
+
+    def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """`compute()`, remembered under `key` (a bounded memo: it starts afresh when full)."""
+        try:
+            return self._memory[key]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._memory) >= _MEMO_SIZE:
+            self._memory.clear()
+        self._memory[key] = value
+        return value
 
     # ----------------------------------------------------------------- pins
 

@@ -10,7 +10,8 @@ override, so a cassette records and replays it like any other transport. Importe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -23,13 +24,30 @@ __all__ = ["FakeLayaTransport", "received"]
 
 
 def received(request: httpx.Request) -> ReceivedRequest:
-    """An httpx request as the loopback server would have parsed it (the body must be read)."""
-    headers: dict[str, str] = {}
-    for name, value in request.headers.multi_items():
-        name = name.lower()
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return ReceivedRequest(method=request.method, path=request.url.raw_path.decode("ascii"), headers=headers,
-                           body=request.content)
+    """An httpx request as the loopback server would have parsed it (the body must be read):
+    header names lower-case, repeats joined by ``", "`` (what ``httpx.Headers.items()`` gives)."""
+    return ReceivedRequest(method=request.method, path=request.url.raw_path.decode("ascii"),
+                           headers=dict(request.headers.items()), body=request.content)
+
+
+def rendered(status: int, headers: dict[str, str], body: Any) -> tuple[list[tuple[str, str]], bytes]:
+    """(header items, payload) as `Respond` renders the fake's own answers, without its checks of
+    arbitrary headers: JSON for objects and lists, UTF-8 text for strings, and the fake's
+    headers (it always sends a Content-Type). tests/fake/test_in_process.py holds the two equal."""
+    if "Content-Type" not in headers:
+        payload = None
+    elif isinstance(body, (dict, list)):
+        payload = json.dumps(body).encode("utf-8")
+    elif isinstance(body, str):
+        payload = body.encode("utf-8")
+    else:
+        payload = None
+    if payload is None:
+        response = Respond(status, body, headers=headers)
+        return response.header_items(), response.payload
+    items = [("Content-Type", headers["Content-Type"]), ("Content-Length", str(len(payload)))]
+    items.extend((name, value) for name, value in headers.items() if name.lower() not in ("content-type", "connection"))
+    return items, payload
 
 
 class FakeLayaTransport(httpx.MockTransport):
@@ -46,8 +64,8 @@ class FakeLayaTransport(httpx.MockTransport):
 
     def _answer(self, request: httpx.Request) -> httpx.Response:
         status, headers, body = self.laya.exchange(received(request), api_key=self._api_key, url=str(request.url))
-        response = Respond(status, body, headers=headers)
-        return httpx.Response(status, headers=response.header_items(), content=response.payload)
+        items, payload = rendered(status, headers, body)
+        return httpx.Response(status, headers=items, content=payload)
 
     def __repr__(self) -> str:
         return f"<FakeLayaTransport {self.laya!r}>"

@@ -12,6 +12,7 @@ until a test looks. Protocol only: no httpx, no pytest.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,12 @@ _SCHEMED = frozenset({"authorization", "proxy-authorization"})
 _SECRET_NAME = re.compile(r"auth|token|secret|passw|api-?key|apikey|cookie|session|signature|credential", re.I)
 
 
+@functools.lru_cache(maxsize=512)
+def _secret_kind(name: str) -> int:
+    """0: not a credential; 1: a scheme and credentials (Authorization); 2: a credential."""
+    return 1 if name in _SCHEMED else 2 if _SECRET_NAME.search(name) else 0
+
+
 def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
     """Headers with lower-case names (repeats joined by ``", "``) and every credential redacted."""
     items = headers.items() if isinstance(headers, Mapping) else headers
@@ -48,10 +55,11 @@ def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> di
     for name, value in items:
         name = str(name).lower()
         value = str(value)
-        if name in _SCHEMED:
+        kind = _secret_kind(name)
+        if kind == 1:
             scheme, _, credentials = value.strip().partition(" ")
             value = f"{scheme} {REDACTED}" if credentials.strip() else REDACTED
-        elif _SECRET_NAME.search(name):
+        elif kind == 2:
             value = REDACTED
         out[name] = f"{out[name]}, {value}" if name in out else value
     return out
@@ -106,7 +114,7 @@ class Call:
     refused a pinned answer) and `pinned` (the question ids a pin answered).
     """
 
-    __slots__ = ("method", "path", "url", "headers", "content", "status", "response_headers", "_response_content",
+    __slots__ = ("method", "path", "url", "_headers", "content", "status", "_response_headers", "_response_content",
                  "fault", "error", "pinned", "_cache")
 
     def __init__(
@@ -128,10 +136,11 @@ class Call:
         self.method = method.upper()
         self.path = path
         self.url = url
-        self.headers = redact_headers(headers)
+        # Redacted on first use (recording stays cheap); the raw values are never shown.
+        self._headers = headers
         self.content = content or b""
         self.status = status
-        self.response_headers = redact_headers(response_headers)
+        self._response_headers = response_headers
         self._response_content = response_content
         self.fault = fault
         self.error = error
@@ -146,6 +155,16 @@ class Call:
             return value
 
     # -- the request
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request headers: lower-case names, every credential redacted (``Bearer <redacted>``)."""
+        return self._cached("headers", lambda: redact_headers(self._headers))
+
+    @property
+    def response_headers(self) -> dict[str, str]:
+        """The response headers, the same way."""
+        return self._cached("response_headers", lambda: redact_headers(self._response_headers))
 
     @property
     def body(self) -> Any:
