@@ -6,6 +6,7 @@ so a pinned answer is one a real Laya could have sent.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -14,6 +15,7 @@ import pytest
 
 from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, PINNED_PROBABILITY, TARGET, FakeLaya, FakeLayaServer, PinError
+from pytest_laya.faults import ReceivedRequest
 from pytest_laya.specs import Spec
 from pytest_laya.wire.decision import parse_answers
 from pytest_laya.wire.questions import normalize_questions
@@ -289,3 +291,14 @@ def test_faults_are_calls_too(http):
         answers(http, server)
     assert [(c.fault, c.status) for c in server.calls] == [("status(503)", 503), ("reset()", None), (None, 200)]
     assert server.calls[0].response["code"] == "overloaded"
+
+
+def test_a_server_never_started_still_lends_its_answers():
+    # The contract suite's broken servers borrow an unstarted fake's normal_response().
+    fake = FakeLayaServer()
+    fake.decide({"refund": 0.3})
+    body = json.dumps({"state": STATE, "questions": {"refund": REFUND}}).encode()
+    response = fake.normal_response(ReceivedRequest(method="POST", path="/v1/systemone",
+                                                    headers={"content-type": "application/json"}, body=body))
+    assert response.status == 200 and json.loads(response.payload)["answers"]["refund"]["noul"] == 0.3
+    assert fake.calls[-1].url is None and fake.calls[-1].decision["refund"].p == 0.3
