@@ -44,6 +44,9 @@ class CassetteHandle:
         self.strict = strict
         self.cassette = cassette
         self.outcome: str | None = None
+        #: The decision calls made through this cassette (replayed or recorded), parsed, with their
+        #: responses: a `pytest_laya.wire.calls.Calls`, filled by the plugin's route (None outside it).
+        self.calls: Any = None
         self._persister = persister
         self._discarded = False
         self._scrub = Scrubber(api_key, learn=False)

@@ -1,26 +1,66 @@
-"""The fake's answer function: useful, stable answers computed from the request alone, no I/O.
+"""`FakeLaya`: the fake's answers (`scoring`), pins, calls and flavours behind one object, no I/O.
 
-Every option gets a score that is a deterministic hash of ``[state, instructions, option key,
-option description]`` alone, mapped to [0, 1); probabilities are the softmax of the scores of a
-question's options at temperature `TEMPERATURE`, rounded to 4 decimals by largest remainder so
-they sum to 1. Reordering options, or reordering or adding other questions, never changes an
-option's score. Ties break in one documented order: the higher score wins, equal scores go to
-the key that sorts first in code point order. ``usage.input_tokens`` counts words and
-punctuation of the state and of every question, plus `TOKENS_PER_QUESTION` per question.
+Every way the fake is reached -- the loopback server, the httpx transport, the http.client
+shim -- answers through `FakeLaya.exchange`, so a pin or a recorded call means the same there.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import hmac
 import math
-import re
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour
+from pytest_laya.fake.pins import _SUM_TOLERANCE as _PIN_SUM_TOLERANCE
+from pytest_laya.fake.pins import (
+    PINNED_PROBABILITY,
+    Pin,
+    PinBoard,
+    PinError,
+    QuestionsMatcher,
+    StateMatcher,
+)
+from pytest_laya.fake.scoring import (
+    _NOUL_LOW,
+    _NOUL_SPAN,
+    TEMPERATURE,
+    TOKENS_PER_QUESTION,
+    _act_probability,
+    _canonical,
+    _certainty,
+    _distribution,
+    _json_key,
+    _margin,
+    _noul_texts,
+    _options,
+    _question_key,
+    _rounded,
+    _unit,
+    _value_key,
+    count_tokens,
+    rank,
+)
+from pytest_laya.faults import ReceivedRequest
+from pytest_laya.wire.calls import Call, Calls
+from pytest_laya.wire.headers import (
+    REQUEST_ID_HEADER,
+    child_traceparent,
+    is_valid_request_id,
+    new_request_id,
+)
+from pytest_laya.wire.pointer import question_pointer
+from pytest_laya.wire.problems import Problem
+from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH, JSON_MEDIA_TYPE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.fake.shim import InProcessHost
+    from pytest_laya.fake.transport import FakeLayaTransport
 
 __all__ = [
+    "IN_PROCESS_URL",
+    "SERVER_NAME",
     "TEMPERATURE",
     "TOKENS_PER_QUESTION",
     "FakeLaya",
@@ -29,112 +69,16 @@ __all__ = [
 ]
 
 
-#: Softmax temperature over option scores in [0, 1): three options get a top probability of
-#: about 0.42-0.89 (median 0.63), so answers are decided but not certain.
-TEMPERATURE = 0.25
-#: Probabilities are sent in units of 1/10,000 (4 decimals) that add up to exactly 10,000.
-_UNITS = 10_000
-#: P(true) of a noul question lies in [_NOUL_LOW, _NOUL_LOW + _NOUL_SPAN) = [0.0201, 0.9799).
-_NOUL_LOW = 0.0201
-_NOUL_SPAN = 0.9598
-#: Tokens added per question to its text's count (laya frames each question with markers).
-TOKENS_PER_QUESTION = 4
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+#: The Server header every fake answer carries.
+SERVER_NAME = "pytest-laya-fake"
+#: Where `FakeLaya.intercept()` serves by default: ``.invalid`` never resolves, so a request
+#: that misses the intercept fails instead of reaching a real host.
+IN_PROCESS_URL = "http://laya.invalid"
+_DECISION_PATHS = (DECIDE_PATH, BATCH_PATH)
+# Entries the memo of question tokens and pinned answers holds before it starts afresh.
+_MEMO_SIZE = 4096
 
 
-def _canonical(value: Any) -> str:
-    """The canonical JSON text the hash reads: sorted keys, no spaces, UTF-8 as is."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _unit(parts: list[Any]) -> float:
-    """A number in [0, 1) that depends on `parts` only: blake2b-64 of their canonical JSON / 2**64."""
-    data = _canonical(parts).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") / 2.0**64
-
-
-def count_tokens(value: Any) -> int:
-    """Words and punctuation marks (``\\w+`` runs and single other non-space characters).
-
-    Text counts as itself, JSON values (a state object, a list of turns) as their canonical
-    JSON, ``None`` as 0.
-    """
-    if value is None:
-        return 0
-    text = value if isinstance(value, str) else _canonical(value)
-    return len(_TOKEN.findall(text))
-
-
-def _json_key(label: Any) -> str:
-    # How a list label becomes an answer key: JSON's own spelling (True -> "true", 1.0 -> "1.0").
-    return label if isinstance(label, str) else next(iter(json.loads(json.dumps({label: 0}))))
-
-
-def _options(question: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """(key, description) of each option of a valid choice or score question, in request order."""
-    criteria = question.get("criteria")
-    if question.get("type") == "score":
-        return [(str(i), level) for i, level in enumerate(criteria)]
-    if isinstance(criteria, Mapping):
-        return [(_json_key(k), v) for k, v in criteria.items()]
-    seen: dict[str, None] = {}
-    for label in criteria:
-        seen.setdefault(_json_key(label), None)
-    return [(key, None) for key in seen]
-
-
-def _noul_texts(question: Mapping[str, Any]) -> dict[str, Any]:
-    criteria = question.get("criteria")
-    lowered = {str(k).lower(): v for k, v in criteria.items()} if isinstance(criteria, Mapping) else {}
-    return {"true": lowered.get("true"), "false": lowered.get("false")}
-
-
-def rank(scores: Mapping[str, float]) -> list[str]:
-    """Option keys best first: higher score first, equal scores by key in code point order."""
-    return sorted(scores, key=lambda key: (-scores[key], key))
-
-
-def _distribution(scores: Mapping[str, float]) -> tuple[list[str], dict[str, float], dict[str, float]]:
-    """(ranked keys, exact softmax probabilities, probabilities rounded to 4 decimals summing to 1)."""
-    order = rank(scores)
-    top = scores[order[0]]
-    weights = {key: math.exp((scores[key] - top) / TEMPERATURE) for key in order}
-    total = math.fsum(weights.values())
-    exact = {key: weights[key] / total for key in order}
-    # Largest remainder: floor every share to 1e-4 units, then hand the units left over to the
-    # largest remainders (ties in rank order). The sum is exactly 1 and the order never inverts.
-    units = {key: math.floor(exact[key] * _UNITS) for key in order}
-    position = {key: i for i, key in enumerate(order)}
-    by_remainder = sorted(order, key=lambda key: (-(exact[key] * _UNITS - units[key]), position[key]))
-    left = _UNITS - sum(units.values())
-    for key in by_remainder[:max(left, 0)]:
-        units[key] += 1
-    for key in reversed(by_remainder):  # float noise only: never more than 10,000 units
-        if left >= 0:
-            break
-        if units[key] > 0:
-            units[key] -= 1
-            left += 1
-    return order, exact, {key: units[key] / _UNITS for key in order}
-
-
-def _margin(order: list[str], exact: Mapping[str, float]) -> float:
-    """Top probability minus the second one (1.0 for a single option)."""
-    if len(order) < 2:
-        return 1.0
-    return round(min(1.0, max(0.0, exact[order[0]] - exact[order[1]])), 4)
-
-
-def _certainty(order: list[str], exact: Mapping[str, float]) -> float:
-    """1 - normalised entropy: 0 for a uniform answer, 1 for a certain one (laya-serve's x_jev_confidence)."""
-    if len(order) < 2:
-        return 1.0
-    entropy = -math.fsum(p * math.log(p) for p in exact.values() if p > 0)
-    return round(min(1.0, max(0.0, 1.0 - entropy / math.log(len(order)))), 4)
-
-
-def _act_probability(top: float) -> float:
-    return round(0.5 + 0.5 * top, 4)
 
 
 class FakeLaya:
@@ -154,6 +98,12 @@ class FakeLaya:
         self.flavor = flavor
         self._flavour = flavour(flavor)
         self.limits: dict[str, int] = dict(LIMITS)
+        #: Every decision request answered through `exchange`, oldest first (`pytest_laya.wire.calls`).
+        self.calls = Calls()
+        self._calls_lock = threading.Lock()
+        self._pins = PinBoard()
+        self._local = threading.local()
+        self._memory: dict[tuple[Any, ...], Any] = {}
 
     def __repr__(self) -> str:
         return f"FakeLaya(model={self.model!r}, revision={self.revision!r}, flavor={self.flavor!r})"
@@ -184,21 +134,27 @@ class FakeLaya:
 
     def answer_question(self, state: Any, question: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to one valid question, in the fake's flavor."""
-        laya_serve = self.flavor == LAYA_SERVE
-        qtype = question.get("type")
-        if qtype == "noul":
-            p = self.noul_probability(state, question)
-            confidence = round(max(p, 1.0 - p), 4)
-            answer: dict[str, Any] = {"type": "noul", "noul": p, "confidence": confidence}
-            if laya_serve:
-                answer["answer_confidence"] = confidence
-                answer["action"] = {"act_probability": _act_probability(confidence)}
-            return answer
+        if question.get("type") == "noul":
+            return self._noul_answer(self.noul_probability(state, question))
         scores = self.option_scores(state, question)
         order, exact, sent = _distribution(scores)
-        probabilities = {key: sent[key] for key in scores}  # request order, as laya answers
-        if qtype == "choice":
-            answer = {"type": "choice", "choice": order[0], "probabilities": probabilities}
+        return self._option_answer(question, list(scores), order, exact, sent)
+
+    def _noul_answer(self, p: float) -> dict[str, Any]:
+        confidence = round(max(p, 1.0 - p), 4)
+        answer: dict[str, Any] = {"type": "noul", "noul": p, "confidence": confidence}
+        if self.flavor == LAYA_SERVE:
+            answer["answer_confidence"] = confidence
+            answer["action"] = {"act_probability": _act_probability(confidence)}
+        return answer
+
+    def _option_answer(self, question: Mapping[str, Any], keys: list[str], order: list[str],
+                       exact: Mapping[str, float], sent: Mapping[str, float]) -> dict[str, Any]:
+        """A choice or score answer from its ranked keys and exact and sent probabilities."""
+        laya_serve = self.flavor == LAYA_SERVE
+        probabilities = {key: sent[key] for key in keys}  # request order, as laya answers
+        if question.get("type") == "choice":
+            answer: dict[str, Any] = {"type": "choice", "choice": order[0], "probabilities": probabilities}
             criteria = question.get("criteria")
             if laya_serve and isinstance(criteria, list):
                 # laya-serve answers a number or boolean list label with the label itself (8,
@@ -219,6 +175,49 @@ class FakeLaya:
             answer["x_jev_confidence"] = _certainty(order, exact)
         return answer
 
+    def pinned_answer(self, qid: str, question: Mapping[str, Any], value: Any) -> dict[str, Any]:
+        """The full answer a pinned `value` gives one valid question; raises `PinError` if it cannot.
+
+        A key or level gets `PINNED_PROBABILITY` and the other options share the rest equally;
+        a distribution names some options' probabilities and the others share what is left
+        (one naming every option must sum to 1). The choice (and a score's most likely level)
+        is the most probable option, ties by key in code point order.
+        """
+        qtype = question.get("type")
+        if qtype == "noul":
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+                return self._noul_answer(round(float(value), 4))
+            raise PinError(f"question {qid!r} is a noul question: pin it with P(true), a number in [0, 1] "
+                           f"(e.g. 0.91), not {value!r}", question=qid)
+        keys = [key for key, _ in _options(question)]
+        shown = keys if qtype == "choice" else [f"{key} {text!r}" for key, text in _options(question)]
+        what = "options" if qtype == "choice" else "levels"
+        if isinstance(value, Mapping):
+            given = {self._pinned_key(qid, qtype, key, keys, shown): p for key, p in value.items()}
+        else:
+            given = {self._pinned_key(qid, qtype, value, keys, shown): PINNED_PROBABILITY if len(keys) > 1 else 1.0}
+        rest = [key for key in keys if key not in given]
+        left = 1.0 - math.fsum(given.values())
+        if not rest and abs(left) > _PIN_SUM_TOLERANCE:
+            raise PinError(f"pinned distribution for {qid!r} names every one of its {what} and sums to "
+                           f"{1.0 - left:.6g}, not 1", question=qid)
+        exact = {key: given.get(key, max(left, 0.0) / len(rest) if rest else 0.0) for key in keys}
+        order = rank(exact)
+        return self._option_answer(question, keys, order, exact, _rounded(order, exact))
+
+    @staticmethod
+    def _pinned_key(qid: str, qtype: Any, value: Any, keys: list[str], shown: list[str]) -> str:
+        if qtype == "score":
+            level = int(value) if isinstance(value, str) and value.isdigit() else value
+            if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < len(keys):
+                raise PinError(f"question {qid!r} is a score question with levels 0..{len(keys) - 1} "
+                               f"({', '.join(shown)}): pin a level in that range, not {value!r}", question=qid)
+            return str(level)
+        key = value if isinstance(value, str) else _json_key(value)
+        if key not in keys:
+            raise PinError(f"question {qid!r}: {value!r} is not among its options {keys}", question=qid)
+        return key
+
     def question_tokens(self, question: Mapping[str, Any]) -> int:
         """Tokens one question adds to `input_tokens`: its texts plus TOKENS_PER_QUESTION."""
         tokens = TOKENS_PER_QUESTION + count_tokens(question.get("instructions"))
@@ -229,19 +228,112 @@ class FakeLaya:
             return tokens + sum(count_tokens(level) for _, level in _options(question))
         return tokens + sum(count_tokens(key) + count_tokens(text) for key, text in _options(question))
 
-    def usage(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def usage(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+              _keys: Mapping[str, str] | None = None) -> dict[str, Any]:
         """`usage` for one state: tokens of the state and of every question; nothing is ever cut."""
         state_tokens = count_tokens(state)
-        input_tokens = state_tokens + sum(self.question_tokens(q) for q in questions.values())
+        keys = _keys if _keys is not None else {qid: _question_key(q) for qid, q in questions.items()}
+        input_tokens = state_tokens + sum(self._memo(("tokens", keys[qid]), lambda q=q: self.question_tokens(q))
+                                          for qid, q in questions.items())
         if self.flavor == LAYA_SERVE:
             return {"input_tokens": input_tokens, "output_tokens": 0, "state_tokens": state_tokens,
                     "state_tokens_dropped": 0, "truncated": False, "truncated_questions": []}
         return {"input_tokens": input_tokens, "output_tokens": 0, "state_tokens": state_tokens, "truncated": False}
 
     def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(answers in question order, usage) for already valid questions."""
-        answers = {qid: self.answer_question(state, q) for qid, q in questions.items()}
-        return answers, self.usage(state, questions)
+        """(answers in question order, usage) for already valid questions, pins applied."""
+        keys = {qid: _question_key(q) for qid, q in questions.items()}
+        if not self._pins.active:
+            answers = {qid: self.answer_question(state, q) for qid, q in questions.items()}
+            return answers, self.usage(state, questions, keys)
+        plan = self._pins.plan(state, questions)
+        answers = {}
+        for qid, q in questions.items():
+            if qid in plan:
+                pin, value = plan[qid]
+                try:
+                    # A pinned answer depends on the question and the value only: computed once.
+                    answer = self._memo(("pinned", qid, keys[qid], _value_key(value)),
+                                        lambda qid=qid, q=q, value=value: self.pinned_answer(qid, q, value))
+                except PinError as exc:
+                    raise PinError(f"{pin!r}: {exc.summary}", question=qid, pin=pin) from None
+                answers[qid] = {k: dict(v) if isinstance(v, dict) else v for k, v in answer.items()}
+            else:
+                answers[qid] = self.answer_question(state, q)
+        used = getattr(self._local, "pins", None)
+        if used is not None:
+            used.update((qid, pin) for qid, (pin, _) in plan.items())
+        return answers, self.usage(state, questions, keys)
+
+    def _memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """`compute()`, remembered under `key` (a bounded memo: it starts afresh when full)."""
+        try:
+            return self._memory[key]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._memory) >= _MEMO_SIZE:
+            self._memory.clear()
+        self._memory[key] = value
+        return value
+
+    # ----------------------------------------------------------------- pins
+
+    def pin(self, answers: Mapping[str, Any], *, state: StateMatcher = None, questions: QuestionsMatcher = None,
+            times: int | None = None, where: str | None = None) -> Pin:
+        """Force answers by question id until removed; returns the `Pin` (see `pytest_laya.fake.pins`).
+
+        `answers` maps a question id to a choice key, a score level, a noul probability or a
+        distribution. `state` (a substring, a compiled regex or a callable) and `questions` (a
+        set of ids the request asks exactly, or a callable of the questions) narrow which
+        requests it applies to; without `questions`, it applies to requests that ask at least
+        one of its ids. `times` limits it to that many states. Pins are tried oldest first;
+        each question takes its answer from the first matching pin naming it. Raises
+        `PinError` for a pin that can never be right. `where` names the pin in messages (by
+        default the caller's file:line).
+        """
+        return self._pins.add(Pin(self, answers, state=state, questions=questions, times=times, where=where))
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        """The pins in effect, oldest first."""
+        return tuple(self._pins.active)
+
+    def unpin_all(self) -> None:
+        """Remove every pin (their calls and errors are kept for `check_pins`)."""
+        for pin in list(self._pins.active):
+            pin.remove()
+
+    def _unpin(self, pin: Pin) -> None:
+        self._pins.remove(pin)
+
+    @property
+    def pin_errors(self) -> list[str]:
+        """Why the fake could not give pinned answers, oldest first (each refused with a 422)."""
+        return [error for pin in self._pins.every for error in pin.errors]
+
+    def check_pins(self, *, unused: bool = True, exclude: Collection[Pin] = ()) -> None:
+        """Raise `PinError` for every pinned answer the fake could not give and, with `unused`,
+        for every pin (still in effect) that never answered a request.
+
+        The plugin's fixtures call this at teardown, so a pin mistake fails the test even when
+        the code under test swallowed the 422 it got. Each mistake is raised once: what one call
+        raised, the next does not. Pins in `exclude` are not checked.
+        """
+        skipped = set(map(id, exclude))
+        chosen = [pin for pin in self._pins.every if id(pin) not in skipped]
+        problems = list(dict.fromkeys(error for pin in chosen for error in pin._take_errors()))
+        if unused:
+            problems.extend(f"{pin!r} was never used: {self._asked_summary()}" for pin in chosen if pin._take_unused())
+        if problems:
+            raise PinError("pinned answers went wrong:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def _asked_summary(self) -> str:
+        asked = list(dict.fromkeys(tuple(call.questions) for call in self.calls))
+        if not asked:
+            return "no decision request reached the fake"
+        shown = "; ".join(str(list(ids)) for ids in asked[:5]) + ("; ..." if len(asked) > 5 else "")
+        return f"the fake answered {len(self.calls)} decision request(s), asking {shown}"
 
     # ----------------------------------------------------------------- requests
 
@@ -250,13 +342,103 @@ class FakeLaya:
 
         Validates the body as the flavor's server does. In the target flavor `request_id` is
         echoed in ``X-Request-Id`` and in problems (a fresh one is made when it is absent or
-        invalid); the laya-serve flavor sends no request id.
+        invalid); the laya-serve flavor sends no request id. Pins apply; a pinned answer the
+        fake cannot give is a 422 (see `check_pins`).
         """
-        return self._flavour.request(self, body, batch=False, request_id=request_id)
+        return self._answering(lambda: self._flavour.request(self, body, batch=False, request_id=request_id),
+                               request_id)[0]
 
     def answer_batch(self, body: Any, *, request_id: str | None = None) -> Exchange:
         """(status, headers, JSON body) for a parsed ``POST /v1/systemone/batch`` body."""
-        return self._flavour.request(self, body, batch=True, request_id=request_id)
+        return self._answering(lambda: self._flavour.request(self, body, batch=True, request_id=request_id),
+                               request_id)[0]
+
+    def _answering(self, respond: Callable[[], Exchange], request_id: str | None) -> tuple[Exchange, str | None, dict[str, Pin]]:
+        """`respond()` with pin errors turned into the flavor's 422: (exchange, pin error, pins used by id)."""
+        self._local.pins = used = {}
+        try:
+            return respond(), None, used
+        except PinError as exc:
+            if exc.pin is not None:
+                exc.pin.errors.append(exc.summary)
+            return self._pin_refusal(exc, request_id), exc.summary, used
+        finally:
+            self._local.pins = None
+
+    def _pin_refusal(self, error: PinError, request_id: str | None) -> Exchange:
+        detail = f"pytest-laya's fake could not give a pinned answer (the test's pin is wrong): {error.summary}"
+        if self.flavor != TARGET:
+            return 422, {"Content-Type": JSON_MEDIA_TYPE}, {"detail": detail}
+        rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
+        item = {"pointer": question_pointer(error.question) if error.question else "/questions", "detail": error.summary}
+        if error.question:
+            item["question"] = error.question
+        return self._flavour.problem(Problem("invalid_request", detail, errors=[item]), rid)
+
+    def exchange(self, request: ReceivedRequest, *, api_key: str | None = None, url: str | None = None,
+                 fault: str | None = None) -> Exchange:
+        """Answer one HTTP request as the flavor's server routes it, and record it in `calls`.
+
+        The one path every transport takes: the loopback `FakeLayaServer`, the in-process httpx
+        `transport()` and the http.client shim (`intercept()`). With `api_key`, decisions need
+        ``Authorization: Bearer <api_key>``. `url` is the full URL, for the record; `fault`
+        names the fault-script step this answer serves, if any.
+        """
+        authorized = api_key is None or hmac.compare_digest(
+            (request.header("authorization") or "").encode("latin-1", "replace"), f"Bearer {api_key}".encode())
+        rid = request.header(REQUEST_ID_HEADER)
+        (status, headers, body), error, used = self._answering(
+            lambda: self._flavour.exchange(self, request, authorized=authorized), rid)
+        if self.flavor == TARGET:
+            trace = child_traceparent(request.header("traceparent"))
+            if trace:  # continue the caller's trace with a span of our own
+                headers["traceparent"] = trace
+        headers["Server"] = SERVER_NAME
+        self.record(request, status, headers, body, url=url, fault=fault, error=error, used=used)
+        return status, headers, body
+
+    def record(self, request: ReceivedRequest, status: int | None, headers: Mapping[str, str] | None = None,
+               body: Any = None, *, url: str | None = None, fault: str | None = None, error: str | None = None,
+               used: Mapping[str, Pin] | None = None) -> Call | None:
+        """Add one decision request and what answered it to `calls` (other routes are not calls).
+
+        `status` None: no response was sent (a reset). The fake's fault script records what it
+        sent this way.
+        """
+        if request.method != "POST" or request.path.split("?", 1)[0] not in _DECISION_PATHS:
+            return None
+        call = Call(method=request.method, path=request.path, url=url, headers=request.headers, content=request.body,
+                    status=status, response_headers=headers or (), response=body if status is not None else None,
+                    fault=fault, error=error, pinned=used or ())
+        with self._calls_lock:
+            self.calls.append(call)
+            for pin in dict.fromkeys((used or {}).values()):
+                pin._answered(call)
+        return call
+
+    # ----------------------------------------------------------------- in process
+
+    def transport(self, *, api_key: str | None = None) -> FakeLayaTransport:
+        """An httpx transport (sync and async) that answers in this process, no socket.
+
+        ``httpx.Client(transport=fake.transport(), base_url="http://laya.invalid")``: every
+        request goes through `exchange`, as over the loopback server, and is recorded in
+        `calls`. It is an ``httpx.MockTransport``, so vcrpy's httpx patch records and replays it.
+        """
+        from pytest_laya.fake.transport import FakeLayaTransport
+
+        return FakeLayaTransport(self, api_key=api_key)
+
+    def intercept(self, url: str = IN_PROCESS_URL, *, api_key: str | None = None) -> InProcessHost:
+        """A context manager that serves `url`'s host in process to http.client, urllib and
+        urllib3 (requests), through `exchange`: ``with fake.intercept("http://laya.invalid"):``.
+
+        Only connections to that host and port are served; every other one is left alone. On
+        exit the patches are undone (once the last active intercept exits). Plain http only.
+        """
+        from pytest_laya.fake.shim import InProcessHost
+
+        return InProcessHost(url, lambda request, full_url: self.exchange(request, api_key=api_key, url=full_url))
 
     def health(self, *, authorized: bool = True) -> dict[str, Any]:
         """The flavor's /health document; liveness only (``{"status": "ok"}``) when not `authorized`."""

@@ -20,7 +20,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_laya.faults import ReceivedRequest
-from pytest_laya.wire.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id
+from pytest_laya.wire.headers import (
+    REQUEST_ID_HEADER,
+    is_valid_request_id,
+    new_request_id,
+)
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
@@ -31,7 +35,14 @@ from pytest_laya.wire.requests import (
     parse_json_object,
     read_decision_request,
 )
-from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH, HEALTH_PATH, JSON_MEDIA_TYPE, LIVEZ_PATH, READYZ_PATH
+from pytest_laya.wire.routes import (
+    BATCH_PATH,
+    DECIDE_PATH,
+    HEALTH_PATH,
+    JSON_MEDIA_TYPE,
+    LIVEZ_PATH,
+    READYZ_PATH,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.fake.answers import FakeLaya

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_laya.fake.answers import FakeLaya
+from pytest_laya.fake.answers import IN_PROCESS_URL, SERVER_NAME, FakeLaya
 from pytest_laya.fake.flavours import TARGET
+from pytest_laya.fake.pins import Pin, QuestionsMatcher, StateMatcher
 from pytest_laya.faults import (
     DEFAULT_GARBAGE,
     Action,
@@ -23,8 +23,17 @@ from pytest_laya.faults import (
     Trickle,
     Truncate,
 )
-from pytest_laya.wire.headers import REQUEST_ID_HEADER, child_traceparent, is_valid_request_id, new_request_id
+from pytest_laya.wire.calls import Calls
+from pytest_laya.wire.headers import (
+    REQUEST_ID_HEADER,
+    is_valid_request_id,
+    new_request_id,
+)
 from pytest_laya.wire.routes import JSON_MEDIA_TYPE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.fake.shim import InProcessHost
+    from pytest_laya.fake.transport import FakeLayaTransport
 
 __all__ = [
     "FakeLayaServer",
@@ -32,7 +41,7 @@ __all__ = [
 ]
 
 
-_SERVER = "pytest-laya-fake"
+_SERVER = SERVER_NAME
 
 
 class FakeLayaServer:
@@ -43,7 +52,11 @@ class FakeLayaServer:
     fault method queued an action for it: each call queues actions for the next request(s), in
     arrival order and whatever their route, and normal answers resume once they are used up.
     With `api_key` set, decisions need ``Authorization: Bearer <api_key>``, and /health (and
-    /readyz) show only liveness without it. Every request is kept in :attr:`requests`.
+    /readyz) show only liveness without it. Every request is kept in :attr:`requests`, and every
+    decision request, parsed, with its response, in :attr:`calls`. :meth:`decide` pins answers;
+    :meth:`transport` and :meth:`intercept` answer in process, with the same answers and pins
+    (the fault script acts on the loopback server only). Leaving the ``with`` block raises the
+    pin mistakes :meth:`check_pins` finds.
     """
 
     def __init__(
@@ -59,7 +72,7 @@ class FakeLayaServer:
         if api_key is not None and (not isinstance(api_key, str) or not api_key):
             raise ValueError("api_key must be a non-empty string or None")
         self.laya = FakeLaya(model=model, revision=revision, flavor=flavor)
-        self._expected_auth = f"Bearer {api_key}".encode("utf-8") if api_key else None
+        self._api_key = api_key
         self._server = ScriptedServer(default=self._dispatch, host=host, port=port)
 
     # ----------------------------------------------------------------- lifecycle and state
@@ -107,14 +120,56 @@ class FakeLayaServer:
     def __enter__(self) -> "FakeLayaServer":
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: Any, *exc_info: object) -> None:
         self.stop()
+        if exc_type is None:
+            self.check_pins()
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
         return self._server.wait_for_requests(count, timeout)
 
     def __repr__(self) -> str:
         return f"<FakeLayaServer {self.flavor} {self._server!r}>"
+
+    # ----------------------------------------------------------------- pinned answers and calls
+
+    def decide(self, answers: Mapping[str, Any], *, state: StateMatcher = None, questions: QuestionsMatcher = None,
+               times: int | None = None) -> Pin:
+        """Pin answers by question id: ``server.decide({"team": "billing", "refund": 0.91})``.
+
+        A choice key, a score level, a noul probability or a distribution per question; `state`
+        and `questions` narrow the requests it applies to, `times` how often. Returns the `Pin`
+        (``.remove()``, ``.calls``, ``.errors``; a context manager). See `FakeLaya.pin`.
+        """
+        return self.laya.pin(answers, state=state, questions=questions, times=times)
+
+    @property
+    def pins(self) -> tuple[Pin, ...]:
+        """The pins in effect, oldest first."""
+        return self.laya.pins
+
+    def unpin_all(self) -> None:
+        """Remove every pin (their calls and errors are kept)."""
+        self.laya.unpin_all()
+
+    @property
+    def calls(self) -> Calls:
+        """Every decision request, parsed (`pytest_laya.wire.calls.Call`), with its response, in the
+        order answered: over the loopback port and in process."""
+        return self.laya.calls
+
+    def check_pins(self, *, unused: bool = True) -> None:
+        """Raise `PinError` for pinned answers the fake could not give and (with `unused`) pins never used."""
+        self.laya.check_pins(unused=unused)
+
+    def transport(self) -> FakeLayaTransport:
+        """An in-process httpx transport answering as this server does (its key, pins, calls); no faults."""
+        return self.laya.transport(api_key=self._api_key)
+
+    def intercept(self, url: str = IN_PROCESS_URL) -> InProcessHost:
+        """Serve `url`'s host in process to http.client, urllib and requests, as this server
+        answers (its key, pins, calls; no faults): ``with server.intercept() as host: ... host.url``."""
+        return self.laya.intercept(url, api_key=self._api_key)
 
     # ----------------------------------------------------------------- the fault script
 
@@ -133,13 +188,13 @@ class FakeLayaServer:
         if not mid_body:
             if after_bytes is not None:
                 raise ValueError("after_bytes applies to reset(mid_body=True) only")
-            self._server.enqueue(ResetBeforeHeaders())
+            self._server.enqueue(Handler(self._recorded(ResetBeforeHeaders(), "reset()")))
             return self
         if after_bytes is not None and (isinstance(after_bytes, bool) or not isinstance(after_bytes, int) or after_bytes < 0):
             raise ValueError(f"after_bytes must be an int >= 0, got {after_bytes!r}")
 
         def cut(request: ReceivedRequest) -> Action:
-            response = self._dispatch(request)
+            response = self._dispatch(request, fault="reset(mid_body=True)")
             size = len(response.payload)
             return ResetMidBody(response, after_bytes=None if after_bytes is None else min(after_bytes, size - 1))
 
@@ -148,14 +203,14 @@ class FakeLayaServer:
 
     def delay(self, seconds: float) -> "FakeLayaServer":
         """The next request is answered normally, `seconds` after it arrived."""
-        self._server.enqueue(Delay(seconds, Handler(self._dispatch)))
+        self._server.enqueue(Delay(seconds, Handler(lambda request: self._dispatch(request, fault=f"delay({seconds})"))))
         return self
 
     def trickle(self, *, chunk_size: int = 1, interval_s: float = 0.1) -> "FakeLayaServer":
         """The next real answer: headers at once, then `chunk_size` bytes every `interval_s`."""
         Trickle(Respond(200, b"x"), chunk_size=chunk_size, interval_s=interval_s)  # check the arguments now
-        self._server.enqueue(Handler(lambda request: Trickle(self._dispatch(request), chunk_size=chunk_size,
-                                                             interval_s=interval_s)))
+        self._server.enqueue(Handler(lambda request: Trickle(self._dispatch(request, fault="trickle()"),
+                                                             chunk_size=chunk_size, interval_s=interval_s)))
         return self
 
     def status(self, code: int, *, retry_after: int | None = None, detail: str | None = None) -> "FakeLayaServer":
@@ -178,6 +233,7 @@ class FakeLayaServer:
             status, headers, body = self.laya.refusal(code, detail=detail, retry_after=retry_after,
                                                       request_id=request.header(REQUEST_ID_HEADER),
                                                       questions=questions)
+            self.laya.record(request, status, {**headers, "Server": _SERVER}, body, fault=f"status({code})")
             return self._respond(status, headers, body)
 
         self._server.enqueue(Handler(respond))
@@ -196,6 +252,7 @@ class FakeLayaServer:
             headers = {"Content-Type": JSON_MEDIA_TYPE, "Connection": "close", "Server": _SERVER}
             if self.flavor == TARGET:
                 headers[REQUEST_ID_HEADER] = self._request_id(request)
+            self.laya.record(request, status, headers, body.decode("utf-8", "replace"), fault="garbage_body()")
             return Respond(status, body, headers=headers)
 
         self._server.enqueue(Handler(respond))
@@ -208,14 +265,17 @@ class FakeLayaServer:
             raise ValueError(f"after_bytes must be an int >= 0, got {after_bytes!r}")
 
         def cut(request: ReceivedRequest) -> Action:
-            response = self._dispatch(request)
+            response = self._dispatch(request, fault=f"truncate({after_bytes})")
             return Truncate(response, after_bytes=min(after_bytes, len(response.payload) - 1))
 
         self._server.enqueue(Handler(cut))
         return self
 
     def script(self, *actions: Action) -> "FakeLayaServer":
-        """Queue raw :mod:`pytest_laya.faults` actions (Respond, Delay, Handler, ...)."""
+        """Queue raw :mod:`pytest_laya.faults` actions (Respond, Delay, Handler, ...).
+
+        Raw actions are not in :attr:`calls` (they are in :attr:`requests`), but for answers
+        built with :meth:`normal_response`."""
         self._server.enqueue(*actions)
         return self
 
@@ -233,18 +293,18 @@ class FakeLayaServer:
         supplied = request.header(REQUEST_ID_HEADER) or ""
         return supplied if is_valid_request_id(supplied) else new_request_id()
 
-    def _authorized(self, request: ReceivedRequest) -> bool:
-        if self._expected_auth is None:
-            return True
-        supplied = (request.header("authorization") or "").encode("latin-1", "replace")
-        return hmac.compare_digest(supplied, self._expected_auth)
+    def _recorded(self, action: Action, fault: str) -> Any:
+        def record(request: ReceivedRequest) -> Action:
+            self.laya.record(request, None, fault=fault)
+            return action
+        return record
 
-    def _dispatch(self, request: ReceivedRequest) -> Respond:
-        status, headers, body = self.laya._flavour.exchange(self.laya, request, authorized=self._authorized(request))
-        if self.flavor == TARGET:
-            trace = child_traceparent(request.header("traceparent"))
-            if trace:  # continue the caller's trace with a span of our own
-                headers["traceparent"] = trace
+    def _dispatch(self, request: ReceivedRequest, fault: str | None = None) -> Respond:
+        try:
+            url: str | None = self.url + request.path
+        except RuntimeError:  # never started: a raw script (or another server) borrows its answers
+            url = None
+        status, headers, body = self.laya.exchange(request, api_key=self._api_key, url=url, fault=fault)
         return self._respond(status, headers, body)
 
 

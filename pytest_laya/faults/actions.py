@@ -138,24 +138,34 @@ class Respond(Action):
             k.lower() == "connection" and "close" in _tokens(v) for k, v in self._items
         )
 
+    def header_items(self, *, omit_length: bool = False) -> list[tuple[str, str]]:
+        """The response headers as sent, in order, but for ``Connection`` (the transport's business).
+
+        What an in-process transport hands its client, so that it sees the very headers the
+        loopback server would send.
+        """
+        items = []
+        if self._ctype is not None:
+            items.append(("Content-Type", self._ctype))
+        if self.status not in _NO_BODY_STATUSES and not omit_length:
+            items.append(("Content-Length", str(len(self._payload))))
+        named = {k.lower() for k, _ in self._items}
+        if "server" not in named:
+            items.append(("Server", _SERVER_NAME))
+        items.extend((name, value) for name, value in self._items if name.lower() not in ("content-type", "connection"))
+        return items
+
     def render_head(self, *, keep_alive: bool, omit_length: bool = False) -> bytes:
         """The status line and headers, with the right Content-Length and Connection."""
         try:
             reason = http.HTTPStatus(self.status).phrase
         except ValueError:
             reason = "Unknown"
-        lines = [f"HTTP/1.1 {self.status} {reason}"]
-        if self._ctype is not None:
-            lines.append(f"Content-Type: {self._ctype}")
-        if self.status not in _NO_BODY_STATUSES and not omit_length:
-            lines.append(f"Content-Length: {len(self._payload)}")
-        lines.append("Connection: keep-alive" if keep_alive else "Connection: close")
-        named = {k.lower() for k, _ in self._items}
-        if "server" not in named:
-            lines.append(f"Server: {_SERVER_NAME}")
-        for name, value in self._items:
-            if name.lower() not in ("content-type", "connection"):
-                lines.append(f"{name}: {value}")
+        items = self.header_items(omit_length=omit_length)
+        # Connection goes right after Content-Type and Content-Length, as it always has.
+        at = int(self._ctype is not None) + int(self.status not in _NO_BODY_STATUSES and not omit_length)
+        items.insert(at, ("Connection", "keep-alive" if keep_alive else "close"))
+        lines = [f"HTTP/1.1 {self.status} {reason}"] + [f"{name}: {value}" for name, value in items]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

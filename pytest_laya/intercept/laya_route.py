@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_laya.intercept.switchboard import host_of
+from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.exchange import Exchange
+from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH
 
 __all__ = ["KINDS", "LayaRoute", "exchange_of"]
 
@@ -115,6 +117,8 @@ class LayaRoute:
         self.redact = redact
         self.exchanges: list[Exchange] = []
         self.errors: list[BaseException] = []
+        #: Every decision request on the route, parsed, with its response (`pytest_laya.wire.calls`).
+        self.calls = Calls()
 
     def claims(self, request: Any, host: str) -> bool:
         if self.catch_all or host in self.hosts:
@@ -138,16 +142,21 @@ class LayaRoute:
             response = self.cassette.play_response(request)
         except Exception as exc:
             raise self._failed(exc) from None
-        self._observe(exchange_of(request, response))
+        self._observe(request, exchange_of(request, response))
         return response
 
     def append(self, request: Any, response: Any) -> None:
         exchange = exchange_of(request, response)  # as the server sent it, before scrubbing
         self.cassette.append(request, response)
-        self._observe(exchange)
+        self._observe(request, exchange)
 
-    def _observe(self, exchange: Exchange) -> None:
+    def _observe(self, request: Any, exchange: Exchange) -> None:
         self.exchanges.append(exchange)
+        if exchange.method == "POST" and exchange.path.split("?", 1)[0] in (DECIDE_PATH, BATCH_PATH):
+            self.calls.append(Call(method=exchange.method, path=exchange.path, url=exchange.url,
+                                   headers=_header_items(getattr(request, "headers", None)),
+                                   content=exchange.request_body, status=exchange.status,
+                                   response_headers=list(exchange.headers.items()), response_content=exchange.body))
         if self.observer is None:
             return
         try:

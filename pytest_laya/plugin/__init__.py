@@ -19,10 +19,8 @@ import pytest
 
 from pytest_laya.plugin import options, summary
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
-from pytest_laya.plugin.markers import MARKER_HELP, marker_options
+from pytest_laya.plugin.markers import MARKER_HELP, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
-    CALLED,
-    FAILED,
     ROUTE,
     FromVcrConfig,
     TestRoute,
@@ -30,7 +28,7 @@ from pytest_laya.plugin.routes import (
     outer_cassette,
     vcr_config,
 )
-from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
+from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
 from pytest_laya.plugin.tracebacks import hide_library_frames
 
@@ -204,8 +202,11 @@ def laya_run(pytestconfig: pytest.Config) -> LayaRun:
 def _laya_session_fake() -> Iterator[FakeLayaServer]:
     from pytest_laya.fake import FakeLayaServer
 
-    with FakeLayaServer() as server:
+    server = FakeLayaServer().start()  # pins are per test (the marker's), checked at each test's teardown
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -215,13 +216,20 @@ def laya_reference_server(laya_run: LayaRun) -> Iterator[ServerHandle]:
 
 
 @pytest.fixture
-def laya_fake_server() -> Iterator[FakeLayaServer]:
+def laya_fake_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[FakeLayaServer]:
     """A fresh fake Laya on a loopback port, speaking the target spec, with a fault script
-    (`refuse()`, `reset()`, `delay(s)`, `trickle()`, `status(503, retry_after=1)`, `garbage_body()`...)."""
+    (`refuse()`, `reset()`, `delay(s)`, `trickle()`, `status(503, retry_after=1)`, `garbage_body()`...),
+    pinned answers (`decide(...)`, the marker's ``answers=``) and the `calls` it answered.
+    Pin mistakes fail the test at teardown."""
     from pytest_laya.fake import FakeLayaServer
 
-    with FakeLayaServer() as server:
+    server = FakeLayaServer().start()
+    try:
+        pin_marker_answers(request, server.laya, laya_run)
         yield server
+    finally:
+        server.stop()
+    check_test_pins(request, laya_run, server.laya)
 
 
 @pytest.fixture

@@ -1,20 +1,33 @@
-"""``@pytest.mark.laya``: its options, checked once so that a typo fails the run at start-up."""
+"""``@pytest.mark.laya``: its options, checked once so that a typo fails the run at start-up.
+
+``answers=`` pins the fake's answers for one test (`pytest_laya.fake.pins`): it makes the test's
+server the fake in every mode, and `pin_marker_answers` applies it to each fake the test gets.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-__all__ = ["MARKER_HELP", "MARKER_OPTIONS", "SERVERS", "marker_options"]
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.fake import FakeLaya
+    from pytest_laya.fake.pins import Pin
+    from pytest_laya.plugin.run import LayaRun
+
+__all__ = ["MARKER_HELP", "MARKER_OPTIONS", "SERVERS", "check_test_pins", "marker_options", "pin_marker_answers"]
 
 SERVERS = ("fake", "reference", "live")
-MARKER_OPTIONS = ("cassette", "server", "strict", "caught_errors")
+MARKER_OPTIONS = ("cassette", "server", "strict", "answers", "caught_errors")
 CAUGHT_ERRORS = ("fail", "ignore")
-MARKER_HELP = ("laya(cassette=None, server=None, strict=None, caught_errors='fail'): pytest-laya options for one "
-               "test: the cassette file name, the server (fake, reference or live), strict unused-interaction "
-               "checking, and whether a cassette miss or spec violation the test's code caught still fails it "
-               "(fail) or not (ignore, for a test that asserts the error itself).")
+MARKER_HELP = ("laya(cassette=None, server=None, strict=None, answers=None, caught_errors='fail'): pytest-laya "
+               "options for one test: the cassette file name, the server (fake, reference or live), strict "
+               "unused-interaction checking, answers pinned on the fake ({'team': 'billing', 'refund': 0.91}; "
+               "implies server='fake'), and whether a cassette miss or spec violation the test's code caught "
+               "still fails it (fail) or not (ignore, for a test that asserts the error itself).")
+
+#: The marker's pins on every fake this test got (the session's and its own `laya_fake_server`).
+_MARKER_PINS = pytest.StashKey[list]()
 
 
 def marker_options(node: pytest.Item) -> dict[str, Any]:
@@ -35,4 +48,61 @@ def marker_options(node: pytest.Item) -> dict[str, Any]:
     if caught is not None and caught not in CAUGHT_ERRORS:
         raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.laya(caught_errors={caught!r}): use 'fail' (the default) "
                                 f"or 'ignore'")
-    return dict(marker.kwargs)
+    options = dict(marker.kwargs)
+    if options.get("answers") is not None:
+        from pytest_laya.fake.pins import PinError, check_answers
+
+        if server not in (None, "fake"):
+            raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.laya(answers=...) pins the fake's answers, so it "
+                                    f"cannot apply to server={server!r}; drop one of them")
+        try:
+            check_answers(options["answers"])
+        except PinError as exc:
+            raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.laya(answers=...): {exc.summary}") from None
+        options["server"] = "fake"
+    return options
+
+
+def pin_marker_answers(request: pytest.FixtureRequest, laya: FakeLaya, run: LayaRun) -> None:
+    """Pin the marker's ``answers=`` on `laya` for this test; at its teardown, fail on their errors
+    (and, strict and passed, when no fake ever used them), then remove them."""
+    answers = marker_options(request.node).get("answers")
+    if answers is None:
+        return
+    pins = request.node.stash.get(_MARKER_PINS, None)
+    if pins is None:
+        pins = request.node.stash[_MARKER_PINS] = []
+        request.node.addfinalizer(lambda: _finish_marker_pins(request, run, pins))
+    pins.append(laya.pin(answers, where=f"@pytest.mark.laya(answers=...) on {request.node.nodeid}"))
+
+
+def _finish_marker_pins(request: pytest.FixtureRequest, run: LayaRun, pins: list[Pin]) -> None:
+    try:
+        errors = list(dict.fromkeys(error for pin in pins for error in pin._take_errors()))
+        if (not errors and _checks_unused(request, run) and not any(pin.used or pin.errors for pin in pins)
+                and all(pin._take_unused() for pin in pins)):
+            errors = [f"{pins[0]!r} was never used: no decision request asked any of its questions"]
+        if errors:
+            pytest.fail("pinned answers went wrong:\n" + "\n".join(f"  - {e}" for e in errors), pytrace=False)
+    finally:
+        for pin in pins:
+            pin.remove()
+
+
+def _checks_unused(request: pytest.FixtureRequest, run: LayaRun) -> bool:
+    from pytest_laya.plugin.run import FAILED
+
+    return bool(marker_options(request.node).get("strict", run.strict)) and not request.node.stash.get(FAILED, False)
+
+
+def check_test_pins(request: pytest.FixtureRequest, run: LayaRun, laya: FakeLaya) -> None:
+    """`laya_fake_server`'s teardown: its own pins' errors and (strict, passed) unused pins fail the test."""
+    from pytest_laya.fake.pins import PinError
+
+    try:
+        laya.check_pins(unused=_checks_unused(request, run), exclude=request.node.stash.get(_MARKER_PINS, []))
+    except PinError as exc:
+        message = exc.summary
+    else:
+        return
+    pytest.fail(message, pytrace=False)

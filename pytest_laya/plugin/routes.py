@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, claim_cassette, pytest_recording_clash
-from pytest_laya.plugin.markers import marker_options
-from pytest_laya.plugin.run import LayaRun
+from pytest_laya.plugin.markers import marker_options, pin_marker_answers
+from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
@@ -38,9 +38,6 @@ __all__ = ["ROUTE", "TestRoute", "open_test_route"]
 
 #: Where a test's route is kept, for the fixtures and hooks that need it.
 ROUTE = pytest.StashKey["TestRoute"]()
-#: Set on a test's stash once any of its phases failed, and once its call phase ran.
-FAILED = pytest.StashKey[bool]()
-CALLED = pytest.StashKey[bool]()
 
 
 @dataclass
@@ -114,6 +111,7 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
         return given, "capture", None
     if given is None and (wanted == "fake" or (wanted is None and run.mode == "fake")):
         fake = request.getfixturevalue("_laya_session_fake")
+        pin_marker_answers(request, fake.laya, run)
         return ServerHandle(url=fake.url, kind="fake", spec=run.spec if run.spec in ("current", "target") else "target"), \
             "capture", None
     if run.mode in ("live", "fake"):
@@ -238,6 +236,7 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
     check = _SpecCheck(run, route)
     route.laya = LayaRoute(route.handle.cassette, kind="replay" if kind == "replay" else "record",
                            urls=_urls(run, server), observer=check, redact=route.handle.redact)
+    route.handle.calls = route.laya.calls
     outer = outer_cassette(request)
     try:
         with run.switchboard().active([route.laya], outer=outer, block_network=run.block_network,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes.verify import VerifyTotals
     from pytest_laya.intercept import Switchboard
@@ -20,13 +22,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["CASSETTE_COUNTS", "LayaRun", "WORKEROUTPUT_KEY"]
+__all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "LayaRun", "WORKEROUTPUT_KEY"]
 
 #: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
 #: with no file; recorded (written); re-recorded with no byte changed; not saved because the test
 #: failed (kept: the old file stays; discarded: there was none).
 CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded")
 
+#: Set on a test's stash once any of its phases failed, and once its call phase ran.
+FAILED = pytest.StashKey[bool]()
+CALLED = pytest.StashKey[bool]()
 #: The key of pytest-laya's part of an xdist worker's `workeroutput`.
 WORKEROUTPUT_KEY = "pytest_laya"
 

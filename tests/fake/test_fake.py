@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from pytest_laya import LayaCallError, ServedLayaClient
+from pytest_laya import strategies as laya_st
 from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
@@ -575,21 +575,9 @@ def test_served_client_gets_a_decision_with_identity(server):
     assert decision.model == "fake-laya@fake-0"  # served_by (target) or /health + routing (laya-serve)
 
 
-_ids = st.text(min_size=1, max_size=10).filter(str.strip)
-_texts = st.text(max_size=30)
-_instructions = st.text(min_size=1, max_size=40).filter(str.strip)
-_choice = st.builds(
-    lambda ins, crit: {"type": "choice", "instructions": ins, "criteria": crit},
-    _instructions,
-    st.one_of(st.dictionaries(st.text(max_size=10), st.none() | _texts, min_size=1, max_size=8),
-              st.lists(st.text(max_size=10), min_size=1, max_size=8, unique=True)),
-)
-_score = st.builds(lambda ins, crit: {"type": "score", "instructions": ins, "criteria": crit},
-                   _instructions, st.lists(_texts, min_size=1, max_size=6))
-_noul = st.builds(lambda ins, crit: {"type": "noul", "instructions": ins, **({"criteria": crit} if crit else {})},
-                  _instructions, st.none() | st.dictionaries(st.sampled_from(["true", "false"]), _texts))
-_questions = st.dictionaries(_ids, st.one_of(_choice, _score, _noul), min_size=1, max_size=5)
-_states = st.one_of(st.text(max_size=200), st.dictionaries(st.text(max_size=8), _texts, max_size=3))
+# Any mix of questions and states within the limits, edges included: the kit's own strategies.
+_questions = laya_st.question_sets()
+_states = laya_st.states()
 
 
 @pytest.fixture(scope="module")

@@ -199,7 +199,7 @@ def test_allowed():
 """)
         result = run(pytester, "--laya-block-network")
         result.assert_outcomes(passed=1, failed=1)
-        result.stdout.fnmatch_lines([f"*NetworkBlocked: GET 127.0.0.1:*/x: the network is blocked (--laya-block-network)*"])
+        result.stdout.fnmatch_lines(["*NetworkBlocked: GET 127.0.0.1:*/x: the network is blocked (--laya-block-network)*"])
         run(pytester).assert_outcomes(passed=1, failed=1)  # without the option, the refused port itself fails
         assert len(allowed.requests) == 2
 
@@ -234,3 +234,18 @@ def test_spec_auto_follows_the_laya_spec_header(pytester):
         result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["mode: live; servers: live http://127.0.0.1:* (target spec)"])
+
+
+def test_the_cassette_lists_the_calls_any_client_made(pytester, laya_serve_like):
+    pytester.makepyfile(test_it=OWN_CLIENTS.split("def test_httpx")[0] + """
+def test_calls(laya_url, laya_cassette):
+    with httpx.Client() as client:
+        client.post(laya_url + "/v1/systemone", json=BODY, headers={"Authorization": "Bearer sk-calls-0000"})
+    [call] = laya_cassette.calls
+    assert call.state == BODY["state"] and call.questions["team"].criteria == ["billing", "tech"]
+    assert call.status == 200 and 0 <= call.response["answers"]["refund"]["noul"] <= 1
+    assert "sk-calls-0000" not in str(call.headers)
+    laya_cassette.calls.assert_called_once_with(state=BODY["state"])
+""")
+    run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}").assert_outcomes(passed=1)
+    run(pytester).assert_outcomes(passed=1)
