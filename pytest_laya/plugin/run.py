@@ -8,7 +8,7 @@ check cover the whole run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes.verify import VerifyTotals
     from pytest_laya.specs.conformance import Conformance
+    from pytest_laya.wire.exchange import Exchange
 
 __all__ = ["LayaRun", "WORKEROUTPUT_KEY"]
 
@@ -81,6 +82,29 @@ class LayaRun:
         lines = self.notes.setdefault(section, [])
         if line not in lines:
             lines.append(line)
+
+    def spec_observer(self, server: Any, cassette: Any = None) -> Callable[[Exchange], None]:
+        """An ``on_exchange`` callback for a client talking to `server` (a `ServerHandle`).
+
+        Every response is checked against both specs and counted in the conformance table; one
+        that breaks the spec `server` claims raises `SpecViolationError`, failing the test (naming
+        `cassette`, the `laya_cassette` handle, when the response was replayed from it).
+        """
+        from pytest_laya.specs.conformance import SpecViolationError
+
+        if server.kind != "replay":
+            label = f"{server.kind} {server.url}"
+        else:
+            label = f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
+        replayed_from = str(cassette.path) if cassette is not None and not getattr(cassette, "record", True) else None
+
+        def observe(exchange: Exchange) -> None:
+            violations = self.tracker().check(exchange, server=label, claimed=server.spec)
+            if violations:
+                raise SpecViolationError(exchange, server.spec, violations, cassette=replayed_from)
+
+        self.servers.setdefault(label, server.spec)
+        return observe
 
     def count_cassette(self, outcome: str) -> None:
         """Count a cassette's outcome (`CassetteHandle.outcome`) under the summary's names."""

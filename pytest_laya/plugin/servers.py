@@ -72,26 +72,6 @@ def reference_server(run: LayaRun) -> Iterator[ServerHandle]:
 
 
 def spec_observer(run: LayaRun, server: Any, cassette: Any = None) -> Callable[[Any], None]:
-    """An ``on_exchange`` callback for a client talking to `server`, as the fixtures give theirs.
-
-    Every response is checked against both specs and counted in the run's conformance table; one
-    that breaks the spec `server` claims raises `SpecViolationError`, failing the test (naming
-    `cassette`, the `laya_cassette` handle, when the response was replayed from it). Suites
-    built on the plugin (`pytest_laya.suites.server`) feed their own clients through it.
-    """
-    from pytest_laya.specs.conformance import SpecViolationError
-
-    if server.kind != "replay":
-        label = f"{server.kind} {server.url}"
-    else:
-        label = f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
-
-    def observe(exchange: Any) -> None:
-        violations = run.tracker().check(exchange, server=label, claimed=server.spec)
-        if violations:
-            replayed = cassette is not None and not getattr(cassette, "record", True)
-            raise SpecViolationError(exchange, server.spec, violations,
-                                     cassette=str(cassette.path) if replayed else None)
-
-    run.servers.setdefault(label, server.spec)
-    return observe
+    """An ``on_exchange`` callback for a client talking to `server`, as the fixtures give theirs
+    (`LayaRun.spec_observer`). Suites built on the plugin feed their own clients through it."""
+    return run.spec_observer(server, cassette)

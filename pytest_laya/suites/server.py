@@ -81,8 +81,6 @@ ORDER_PROBES = [
 @pytest.fixture(scope="module")
 def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator[ServerUnderTest]:
     """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec."""
-    from pytest_laya.plugin import spec_observer
-
     if laya_run.mode == "live":
         handle = ServerHandle(url=laya_run.url, kind="live", spec=laya_run.spec or "current", api_key=laya_run.api_key)
     elif laya_run.mode == "fake":
@@ -96,7 +94,7 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     except ValueError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     server = ServerUnderTest(url=handle.url, spec_name=handle.spec, api_key=handle.api_key,
-                             observe=spec_observer(laya_run, handle))
+                             observe=laya_run.spec_observer(handle))
     # Read once for the limits; the health checks read it again, validated.
     health = server.send("GET", "/health", observe=False)
     server.health = json_body(health) if health.status == 200 else None
