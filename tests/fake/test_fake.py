@@ -631,3 +631,18 @@ def test_deeply_nested_bodies_are_answered_or_refused_never_crash(flavor, levels
     assert response.status_code < 500, response.text
     if flavor == "target":
         assert response.status_code == 400 and response.json()["code"] == "malformed_request"
+
+
+def test_the_target_flavour_claims_the_target_spec_and_the_laya_serve_flavour_none():
+    from pytest_laya.servers import claimed_spec_of
+
+    with FakeLayaServer(flavor=TARGET) as target, FakeLayaServer(flavor=LAYA_SERVE) as laya_serve:
+        for server, claim in ((target, "target"), (laya_serve, "current")):
+            health = get(server, "/health")
+            decided = post(server, {"state": STATE, "questions": COMBINED})
+            refused = post(server, {"state": STATE})
+            server.status(503)
+            scripted = HTTP.post(server.url + "/v1/systemone", json={"state": STATE, "questions": COMBINED})
+            for response in (health, decided, refused, scripted):
+                assert claimed_spec_of(response.headers, None).name == claim, (server.flavor, response.status_code)
+            assert claimed_spec_of({}, health.json()).name == claim
