@@ -83,12 +83,12 @@ def reference_keyed():
         yield thread
 
 
-def _laya_serve(**env):
+def _laya_serve(**options):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     from pytest_laya.servers.laya_serve import LayaServeProcess
     from reference_server.tiny_checkpoint import embedded_checkpoint_dir
 
-    return LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY, extra_env=env)
+    return LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY, **options)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def laya_serve():
 
 @pytest.fixture(scope="module")
 def laya_serve_strict():
-    with _laya_serve(LAYA_JEV_STRICT="1") as server:
+    with _laya_serve(jev_strict=True) as server:
         yield server
 
 

@@ -22,7 +22,7 @@ from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
-from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA
+from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA, recording
 
 SPECS = {TARGET: Spec.target, LAYA_SERVE: Spec.current}
 STATE = "I was charged twice for my order. Please refund the duplicate today."
@@ -74,7 +74,13 @@ def answers(server: FakeLayaServer, state, questions) -> dict:
 
 
 def record(case: str) -> dict:
-    return json.loads((LAYA_SERVE_DATA / f"laya-serve.{case}.json").read_text(encoding="utf-8"))
+    """laya-serve 0.4.15's answer to `case`, from its shipped cassette (the first interaction)."""
+    rec = recording(LAYA_SERVE_DATA, case)
+    found = {"status": rec.status, "body": rec.body, "method": rec.method, "path": rec.path,
+             "response_headers": rec.headers, "request": rec.request}
+    if rec.request is None and rec.request_bytes:
+        found["request_raw"] = rec.request_bytes.decode("utf-8")
+    return found
 
 
 @pytest.fixture(scope="module")
