@@ -3,7 +3,7 @@
 ``"target"`` validates requests with `pytest_laya.wire.requests` (the reference server's one
 implementation, so both refuse the same bodies in the same words) and answers problem+json with
 stable codes, X-Request-Id, Server-Timing, ``served_by`` and the probes. ``"laya-serve-0.4.15"``
-mimics laya-serve as recorded in ``tests/data/laya-serve-0.4.15``: ``{"detail"}`` errors with its
+mimics laya-serve as recorded in ``cassettes/laya-serve-0.4.15``: ``{"detail"}`` errors with its
 texts and order (the first problem only), ``model: "laya-rl-agent"``, its /health, and conforms to
 the current spec.
 
