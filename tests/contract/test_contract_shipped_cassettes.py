@@ -67,3 +67,18 @@ def test_every_shipped_decision_keeps_the_contract(cassette, index, body, named)
         assert decision.model and "@" in decision.model
     else:  # laya-serve's strict mode names no weights (no routing, no served_by): unknown, not guessed
         assert decision.model is None
+
+
+def test_a_noul_without_confidence_keeps_the_contract_and_a_choice_without_one_does_not():
+    from pytest_laya.wire.decision import Choice, Decision, Noul, Provenance, Usage
+
+    questions = {"refund": {"type": "noul", "instructions": "Refund?"},
+                 "team": {"type": "choice", "instructions": "Team?", "criteria": ["billing", "technical"]}}
+
+    def decision(choice_confidence):
+        team = Choice(key="billing", probabilities={"billing": 0.6, "technical": 0.4}, confidence=choice_confidence)
+        return Decision(answers={"refund": Noul(p=0.7), "team": team}, usage=Usage(input_tokens=1), model=None,
+                        provenance=Provenance(url="x", request_id=None, served_by=None))
+
+    assert decision_problems(questions, decision(0.2)) == []
+    assert decision_problems(questions, decision(None)) == ["answer 'team': confidence None is outside [0, 1]"]
