@@ -35,7 +35,7 @@ from pytest_laya.wire.requests import check_media_type, parse_json_object
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
-from .jev_strict import strict_answers, strict_usage
+from .jev_strict import jev_strict_payload
 from .settings import ServerSettings
 from .validation import decision_requests
 
@@ -266,18 +266,6 @@ def _timing(timed: list[Timed]) -> str:
     return f"queue;dur={queue:.2f}, infer;dur={infer:.2f}"
 
 
-def _jev_strict(payload: dict[str, Any], *, batch: bool, latency_ms: float) -> dict[str, Any]:
-    """`payload` in Jev's field set (reference_server.jev_strict), with whole `latency_ms`."""
-    if batch:
-        results = [{"model": r["model"], "answers": strict_answers(r["answers"]), "usage": strict_usage(r["usage"])}
-                   for r in payload["results"]]
-        shaped = {"model": payload["model"], "results": results, "total_usage": payload["total_usage"]}
-    else:
-        shaped = {"model": payload["model"], "answers": strict_answers(payload["answers"]),
-                  "usage": strict_usage(payload["usage"])}
-    return {**shaped, "served_by": payload["served_by"], "latency_ms": round(latency_ms)}
-
-
 def _engine_problem(exc: BaseException, requests: list[DecisionRequest]) -> Problem:
     if isinstance(exc, KeyError):
         return Problem("unknown_model", f"model {exc.args[0]!r} is not served here")
@@ -336,7 +324,7 @@ def create_app(
             payload = {"model": identity.checkpoint, "answers": result.answers, "usage": result.usage,
                        "routing": routing, "served_by": identity.to_json()}
         if server.settings.jev_strict:
-            payload = _jev_strict(payload, batch=batch, latency_ms=(time.perf_counter() - started) * 1000.0)
+            payload = jev_strict_payload(payload, batch=batch, latency_ms=(time.perf_counter() - started) * 1000.0)
         return JSONResponse(payload, headers={"Server-Timing": _timing(list(timed))})
 
     async def systemone(request: Request) -> Response:

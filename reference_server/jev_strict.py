@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ANSWER_FIELDS", "strict_answers", "strict_usage"]
+__all__ = ["ANSWER_FIELDS", "jev_strict_payload", "strict_answers", "strict_usage"]
 
 #: The fields of each answer type in Jev's wire contract.
 ANSWER_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -36,3 +36,15 @@ def strict_answers(answers: Mapping[str, Any]) -> dict[str, Any]:
 
 def strict_usage(usage: Mapping[str, Any]) -> dict[str, int]:
     return {"input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0)}
+
+
+def jev_strict_payload(payload: Mapping[str, Any], *, batch: bool, latency_ms: float) -> dict[str, Any]:
+    """A 200 body (single or batch) in Jev's field set, with `model`, `served_by` and whole `latency_ms`."""
+    if batch:
+        results = [{"model": r["model"], "answers": strict_answers(r["answers"]), "usage": strict_usage(r["usage"])}
+                   for r in payload["results"]]
+        shaped: dict[str, Any] = {"model": payload["model"], "results": results, "total_usage": payload["total_usage"]}
+    else:
+        shaped = {"model": payload["model"], "answers": strict_answers(payload["answers"]),
+                  "usage": strict_usage(payload["usage"])}
+    return {**shaped, "served_by": payload["served_by"], "latency_ms": round(latency_ms)}
