@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Validations per second: `Spec.current().violations(...)` against openapi-core, same run.
 
-Every recorded 200 response (tests/data/system1/ and tests/data/laya-serve-0.4.15/) is
-validated against specs/laya-systemone.current.openapi.yaml by both tools:
+Every recorded 200 response (tests/data/system1/ and the shipped cassettes of laya-serve 0.4.15,
+cassettes/laya-serve-0.4.15/) is validated against specs/laya-systemone.current.openapi.yaml by both tools:
 
 - ours: ``Spec.current().violations(method, path, 200, {"content-type": ...}, raw_json_bytes)``
 - openapi-core: ``OpenAPI(...).validate_response(MockRequest, MockResponse)`` on the very same
@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from pytest_laya.specs import Spec  # noqa: E402
 
-DATA_DIRS = (ROOT / "tests" / "data" / "system1", ROOT / "tests" / "data" / "laya-serve-0.4.15")
+DATA_DIRS = (ROOT / "tests" / "data" / "system1", ROOT / "cassettes" / "laya-serve-0.4.15")
 HOST_URL = "http://localhost"
 TARGET_RATIO = 10.0
 VERSIONED = ("jsonschema", "referencing", "openapi-core", "openapi-schema-validator",
@@ -66,6 +66,8 @@ def load_cases() -> list[Case]:
     """Every recorded 200, as (method, path, content type, raw body bytes)."""
     cases = []
     for directory in DATA_DIRS:
+        for file in sorted(directory.glob("*.yaml")):
+            cases += _cassette_cases(file)
         for file in sorted(directory.glob("*.json")):
             try:
                 record = json.loads(file.read_text(encoding="utf-8"))
@@ -84,6 +86,22 @@ def load_cases() -> list[Case]:
             cases.append(Case(f"{directory.name}/{file.name}", method.upper(), path,
                               record.get("content_type") or "application/json", raw))
     return cases
+
+
+def _cassette_cases(file: Path) -> list[Case]:
+    """The 200 responses of one cassette, their bodies as the server sent them."""
+    import yaml
+
+    found = []
+    for i, interaction in enumerate(yaml.safe_load(file.read_text(encoding="utf-8"))["interactions"]):
+        request, response = interaction["request"], interaction["response"]
+        if response["status"]["code"] != 200:
+            continue
+        headers = {k.lower(): v[0] for k, v in (response.get("headers") or {}).items()}
+        found.append(Case(f"{file.parent.name}/{file.name}#{i}", request["method"].upper(),
+                          "/" + request["uri"].split("/", 3)[3], headers.get("content-type", "application/json"),
+                          response["body"]["string"].encode("utf-8")))
+    return found
 
 
 def broken_case(cases: list[Case]) -> Case:

@@ -4,7 +4,9 @@ It runs ``pytest --pyargs pytest_laya.suites.server --laya-mode=live --laya-url 
 process and exits with pytest's status (0: every check passed or xfailed as a target gap; 1: a
 check failed; 4: the URL cannot be reached). The run ignores the current directory's pytest
 configuration (no addopts, no conftest.py, no cache written), so it reports the same anywhere.
-Arguments after ``--`` go to pytest as they are (``-- -k health -v``).
+Arguments after ``--`` go to pytest as they are (``-- -k health -v``). Without ``--spec`` (or
+with ``--spec auto``) the server is held to the spec it claims: its Laya-Spec header, else
+/health's ``spec``, else current; the summary says which and why.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from urllib.parse import urlsplit
 __all__ = ["main", "pytest_arguments"]
 
 PROG = "python -m pytest_laya"
-USAGE = f"{PROG} check URL [--spec current|target] [--api-key KEY] [-- PYTEST_ARGS...]"
+USAGE = f"{PROG} check URL [--spec auto|current|target] [--api-key KEY] [-- PYTEST_ARGS...]"
 SUITE = "pytest_laya.suites.server"
 
 
@@ -37,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
                                 description="Run the HTTP contract of a served Laya against URL; exit with pytest's status.")
     check.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    check.add_argument("--spec", choices=("current", "target"), default="current",
-                       help="the spec the server is held to (default: current; target for a reference server)")
+    check.add_argument("--spec", choices=("auto", "current", "target"), default="auto",
+                       help="the spec the server is held to (default auto: the one it claims in its Laya-Spec "
+                            "header or /health, else current)")
     check.add_argument("--api-key", default=None, metavar="KEY",
                        help="the server's bearer token (default: LAYA_SERVED_API_KEY); never printed")
     return parser
@@ -52,12 +55,13 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def pytest_arguments(url: str, *, spec: str = "current", api_key: str | None = None,
+def pytest_arguments(url: str, *, spec: str = "auto", api_key: str | None = None,
                      extra: Sequence[str] = ()) -> list[str]:
     """The pytest command line `check` runs (with the key, if any: do not print it)."""
     args = [
         "--pyargs", SUITE,
-        "--laya-mode=live", f"--laya-url={url}", f"--laya-spec={spec}",
+        # auto: no --laya-spec, so the suite reads the server's claim.
+        "--laya-mode=live", f"--laya-url={url}", *([f"--laya-spec={spec}"] if spec != "auto" else []),
         # The same run from any directory: no ini file, no cache, rootdir at the suite.
         "-c", os.devnull, "--rootdir", str(Path(__file__).resolve().parent / "suites"),
         "-p", "no:cacheprovider", "-p", "no:asyncio",

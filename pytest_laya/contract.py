@@ -204,7 +204,7 @@ def decision_problems(questions: Questions, decision: Any, *, checks: Iterable[s
     ``choice_distribution`` (each in [0, 1], summing to 1 within `SUM_TOLERANCE`), ``chosen``
     (the chosen option is offered and most probable), ``score`` (levels cover the criteria, the
     level is most probable, the expected level matches the probabilities), ``noul`` (P(true) in
-    [0, 1]) and ``confidence`` (every confidence in [0, 1]).
+    [0, 1]) and ``confidence`` (every confidence in [0, 1]; a noul answer may have none).
     """
     checks = frozenset(checks)
     unknown = checks - set(CHECKS)
@@ -225,7 +225,9 @@ def decision_problems(questions: Questions, decision: Any, *, checks: Iterable[s
             if "answers" in checks:
                 problems.append(f"answer {qid!r} is a {getattr(a, 'type', type(a).__name__)}, but a {q.type} question was asked")
             continue
-        if "confidence" in checks and not _unit(getattr(a, "confidence", None)):
+        confidence = getattr(a, "confidence", None)
+        # A noul answer may come without one (Jev's noul is `type` and `noul` only).
+        if "confidence" in checks and not (_unit(confidence) or (q.type == "noul" and confidence is None)):
             problems.append(f"answer {qid!r}: confidence {getattr(a, 'confidence', None)!r} is outside [0, 1]")
         if q.type == "choice":
             problems += _choice_problems(q, a, checks)

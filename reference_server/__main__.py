@@ -32,6 +32,11 @@ def parse_checkpoints(values: list[str]) -> dict[str, str]:
     return checkpoints
 
 
+def _env_switch(name: str) -> bool:
+    """A `LAYA_*` switch read as laya-serve reads it: on for 1, true, yes or on (any case)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="laya-reference-server", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -48,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=2,
                    help="batches run at once, each on its own thread; the automatic torch thread count "
                         "is shared among them (default 2)")
+    p.add_argument("--jev-strict", action="store_true", default=None,
+                   help="answer with Jev's field set only, plus latency_ms (default: LAYA_JEV_STRICT, as laya-serve)")
     p.add_argument("--show-checkpoint", action="store_true", help="print the embedded checkpoint's directory and exit")
     return p
 
@@ -74,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
     api_key = args.api_key or os.environ.get("LAYA_API_KEY") or None
+    jev_strict = args.jev_strict or _env_switch("LAYA_JEV_STRICT")
     settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                              batch_window_ms=args.batch_window_ms, passes=args.passes)
+                              batch_window_ms=args.batch_window_ms, passes=args.passes, jev_strict=jev_strict)
 
     import uvicorn
 

@@ -15,6 +15,7 @@ import hmac
 import logging
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pytest_laya.wire.headers import child_traceparent, is_valid_request_id, new_request_id
+from pytest_laya.wire.headers import SPEC_HEADER, child_traceparent, is_valid_request_id, new_request_id
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import Problem
 from pytest_laya.wire.requests import check_media_type, parse_json_object
@@ -34,6 +35,7 @@ from pytest_laya.wire.requests import check_media_type, parse_json_object
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
+from .jev_strict import jev_strict_payload
 from .settings import ServerSettings
 from .validation import decision_requests
 
@@ -43,6 +45,7 @@ log = logging.getLogger("reference_server")
 _QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
 _INLINE_PARSE_BYTES = 32 * 1024
 _IDLE_HEAP_RELEASE_S = 1.0
+_SPEC_HEADER = SPEC_HEADER.lower().encode("latin-1")
 
 
 class _RequestContext:
@@ -57,7 +60,7 @@ class _RequestContext:
 
 
 class _ContextMiddleware:
-    """Adds X-Request-Id (and traceparent) to every response, 404s and 500s included."""
+    """Adds X-Request-Id (and traceparent) and Laya-Spec: target to every response, 404s and 500s included."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -73,6 +76,7 @@ class _ContextMiddleware:
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 headers.append((b"x-request-id", context.request_id.encode("latin-1")))
+                headers.append((_SPEC_HEADER, b"target"))
                 if context.traceparent:
                     headers.append((b"traceparent", context.traceparent.encode("latin-1")))
                 message = {**message, "headers": headers}
@@ -203,6 +207,7 @@ class _Server:
         models = dict(self.engine.models) if self.engine.ready else {}
         return {
             "status": "ok",
+            "spec": "target",
             "ready": bool(self.engine.ready),
             "models": {name: identity.to_json() for name, identity in models.items()},
             "limits": self.settings.limits.to_json(),
@@ -288,6 +293,7 @@ def create_app(
     server = _Server(engine, settings or ServerSettings(), on_ready, on_load_failure)
 
     async def decide(request: Request, *, batch: bool) -> Response:
+        started = time.perf_counter()
         server.require_auth(request)
         async with server.admission.slot():
             batcher = server.require_ready()
@@ -301,7 +307,9 @@ def create_app(
                    "reason": "explicit model" if body.get("model") else "default model",
                    "detection": None, "workflow": None}
         if batch:
-            results = [{"answers": t.result.answers, "usage": t.result.usage} for t in timed]
+            # `model` in each result, as laya-serve has it, so today's clients read batches too.
+            results = [{"model": identity.checkpoint, "answers": t.result.answers, "usage": t.result.usage}
+                       for t in timed]
             payload: dict[str, Any] = {
                 "model": identity.checkpoint,
                 "results": results,
@@ -315,6 +323,8 @@ def create_app(
             result = timed[0].result
             payload = {"model": identity.checkpoint, "answers": result.answers, "usage": result.usage,
                        "routing": routing, "served_by": identity.to_json()}
+        if server.settings.jev_strict:
+            payload = jev_strict_payload(payload, batch=batch, latency_ms=(time.perf_counter() - started) * 1000.0)
         return JSONResponse(payload, headers={"Server-Timing": _timing(list(timed))})
 
     async def systemone(request: Request) -> Response:

@@ -43,3 +43,5 @@ class ServerSettings:
     body_timeout_s: float = 10.0
     retry_after_s: int = 1
     limits: Limits = field(default_factory=Limits)
+    # Answer with Jev's field set only, plus latency_ms (reference_server.jev_strict).
+    jev_strict: bool = False

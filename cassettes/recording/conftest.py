@@ -3,8 +3,8 @@
 `laya_server` is overridden (the plugin's documented seam) with a handle of kind ``live`` on a
 server this suite started, so the plugin's own record, replay and verify modes apply unchanged:
 `--laya-record` writes the cassettes, `--laya-mode=verify` checks them against fresh servers.
-Each cassette's provenance names the server kind it came from (``reference`` or
-``laya-serve-0.4.15``) rather than ``live``.
+Each cassette's provenance names the server kind it came from (``reference``,
+``laya-serve-0.4.15`` or ``laya-serve-0.4.15-strict``) rather than ``live``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from recording_cases import LAYA_SERVE, MODEL, REFERENCE, SPEC_OF
+from recording_cases import LAYA_SERVE, LAYA_SERVE_STRICT, MODEL, REFERENCE, SPEC_OF
 from recording_servers import laya_serve, reference_server
 
 HERE = Path(__file__).resolve().parent
@@ -35,10 +35,10 @@ def _start(kind: str, config: str) -> Any:
     options = {"keyed": config == "keyed", "busy": config == "busy"}
     if kind == REFERENCE:
         return reference_server(warming=config == "warming", **options)
-    if kind == LAYA_SERVE:
+    if kind in (LAYA_SERVE, LAYA_SERVE_STRICT):
         if config == "warming":
             raise ValueError("laya-serve has no warming state to record: it answers /health before it is warm")
-        return laya_serve(**options)
+        return laya_serve(jev_strict=kind == LAYA_SERVE_STRICT, **options)
     raise ValueError(f"unknown server kind {kind!r}")
 
 

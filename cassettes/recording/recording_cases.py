@@ -7,11 +7,14 @@ limit: things the client never sends). `expected` says which statuses each serve
 with, so a server that changes behaviour fails here before its cassettes are re-recorded.
 
 The tests in this directory run each case against each server kind; tests/cassettes/test_shipped_cassettes.py
-reads these definitions too (the canary keys, and the decisions to replay and ask live).
+reads these definitions too (the canary keys, and the decisions to replay and ask live). This is
+the one source of recorded laya-serve traffic: the kit's tests read these cassettes
+(tests/helpers/recorded.py), and tests/data/ holds only the system1 recordings, copied as given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +23,10 @@ from typing import Any
 #: Server kinds (cassette sets) and the spec each is held to.
 REFERENCE = "reference"
 LAYA_SERVE = "laya-serve-0.4.15"
-SPEC_OF = {REFERENCE: "target", LAYA_SERVE: "current"}
+#: laya-serve with LAYA_JEV_STRICT=1: Jev's field set only in 200 answers (laya's serve.py
+#: `_project_jev_strict`); errors, /health and headers are the default mode's.
+LAYA_SERVE_STRICT = "laya-serve-0.4.15-strict"
+SPEC_OF = {REFERENCE: "target", LAYA_SERVE: "current", LAYA_SERVE_STRICT: "current"}
 
 #: The API key of the keyed servers, and the wrong one a case sends. Canaries: neither may appear
 #: in any cassette, in any spelling (tests/cassettes/test_shipped_cassettes.py looks).
@@ -98,6 +104,8 @@ class Send:
     content: bytes | None = None
     content_type: str | None = "application/json"
     bearer: str | None = "server"
+    #: False for a route or method the specs do not claim (404, 405): its answer is recorded, not held to them.
+    documented: bool = True
 
     def payload(self) -> bytes | None:
         if self.content is not None:
@@ -181,6 +189,10 @@ CASES: tuple[Case, ...] = (
          sends=(_post(body({"refund": REFUND}), content_type="text/plain"),)),
     Case("unknown_model", {REFERENCE: (422,), LAYA_SERVE: (200,)},
          sends=(_post(body({"department": DEPARTMENT}, model="no-such-model")),)),
+    Case("choice_without_criteria", _both(422), sends=(_post(body({"department": {
+        "type": "choice", "instructions": "Which team should handle this?"}})),)),
+    Case("not_found", _both(404), sends=(Send("GET", "/nope", documented=False),)),
+    Case("method_not_allowed", _both(405), sends=(Send("GET", "/v1/systemone", documented=False),)),
     Case("health_without_token", _both(200), server="keyed", sends=(Send("GET", "/health", bearer=None),)),
     Case("health_with_token", _both(200), server="keyed", sends=(Send("GET", "/health"),)),
     Case("keyed_choice", BOTH_200, server="keyed", decide=Decide(STATE, {"department": DEPARTMENT})),
@@ -190,6 +202,18 @@ CASES: tuple[Case, ...] = (
     Case("not_ready", {REFERENCE: (503, 503, 200, 200)}, server="warming",
          sends=(Send("GET", "/readyz"), _post(body({"refund": REFUND})), Send("GET", "/health")),
          after_warm_up=(Send("GET", "/readyz"),)),
+)
+
+
+#: What laya-serve in strict mode records: every answer shape, the errors and /health. Strict mode
+#: changes only 200 answers, so each case answers as in the default mode.
+STRICT_CASES = ("health", "choice", "score", "noul", "combined", "batch", "long_state", "unknown_model",
+                "wrong_media_type", "malformed_json", "no_questions", "invalid_question", "too_many_questions",
+                "health_without_token", "health_with_token", "keyed_choice", "missing_bearer")
+CASES = tuple(
+    dataclasses.replace(case, expected={**case.expected, LAYA_SERVE_STRICT: case.expected[LAYA_SERVE]})
+    if case.name in STRICT_CASES else case
+    for case in CASES
 )
 
 
@@ -254,6 +278,9 @@ def _send(http: Any, send: Send, server_key: str | None, spec: Any) -> int:
         headers["Authorization"] = f"Bearer {token}"
     response = http.request(send.method, send.path, content=payload, headers=headers)
     violations = spec.violations(send.method, send.path, response.status_code, response.headers, response.content)
+    if not send.documented:  # the spec says it does not claim this route or method, and no more
+        assert [v.where for v in violations][:1] in (["/path"], ["/method"]), violations
+        return response.status_code
     assert not violations, (f"{send.method} {send.path} -> {response.status_code} breaks the {spec.name} spec:\n"
                             + "\n".join(f"  {v}" for v in violations))
     return response.status_code

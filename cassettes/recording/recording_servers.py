@@ -135,13 +135,14 @@ def reference_server(*, keyed: bool = False, busy: bool = False, warming: bool =
 
 
 @contextlib.contextmanager
-def laya_serve(*, keyed: bool = False, busy: bool = False) -> Iterator[RunningServer]:
-    """laya-serve 0.4.15 on the tiny checkpoint (as english, multilingual and tiny), healthy."""
+def laya_serve(*, keyed: bool = False, busy: bool = False, jev_strict: bool = False) -> Iterator[RunningServer]:
+    """laya-serve 0.4.15 on the tiny checkpoint (as english, multilingual and tiny), healthy;
+    with `jev_strict`, in LAYA_JEV_STRICT=1 mode."""
     from pytest_laya.servers.laya_serve import LayaServeProcess
 
     extra = {"LAYA_BODY_READ_TIMEOUT": str(BUSY_BODY_TIMEOUT_S)} if busy else {}
     with LayaServeProcess(tiny_checkpoint(), api_key=SERVER_KEY if keyed else None,
-                          max_concurrent=1 if busy else None, extra_env=extra,
+                          max_concurrent=1 if busy else None, extra_env=extra, jev_strict=jev_strict,
                           startup_timeout_s=READY_TIMEOUT_S) as process:
         yield RunningServer(url=process.url, api_key=process.api_key)
 

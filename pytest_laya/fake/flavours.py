@@ -3,7 +3,7 @@
 ``"target"`` validates requests with `pytest_laya.wire.requests` (the reference server's one
 implementation, so both refuse the same bodies in the same words) and answers problem+json with
 stable codes, X-Request-Id, Server-Timing, ``served_by`` and the probes. ``"laya-serve-0.4.15"``
-mimics laya-serve as recorded in ``tests/data/laya-serve-0.4.15``: ``{"detail"}`` errors with its
+mimics laya-serve as recorded in ``cassettes/laya-serve-0.4.15``: ``{"detail"}`` errors with its
 texts and order (the first problem only), ``model: "laya-rl-agent"``, its /health, and conforms to
 the current spec.
 
@@ -20,11 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_laya.faults import ReceivedRequest
-from pytest_laya.wire.headers import (
-    REQUEST_ID_HEADER,
-    is_valid_request_id,
-    new_request_id,
-)
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, SPEC_HEADER, is_valid_request_id, new_request_id
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
@@ -132,7 +128,8 @@ class _TargetFlavour:
     def health(self, laya: FakeLaya, *, authorized: bool) -> dict[str, Any]:
         if not authorized:
             return {"status": "ok"}
-        return {"status": "ok", "ready": True, "models": {laya.model: laya.served_by}, "limits": dict(laya.limits)}
+        return {"status": "ok", "spec": TARGET, "ready": True, "models": {laya.model: laya.served_by},
+                "limits": dict(laya.limits)}
 
     def request(self, laya: FakeLaya, body: Any, *, batch: bool, request_id: str | None,
                 parsed: bool = False) -> Exchange:
@@ -176,6 +173,7 @@ class _TargetFlavour:
 
     def refusal(self, laya: FakeLaya, status: int, *, detail: str | None, extra: dict[str, str],
                 request_id: str | None, first: Any) -> Exchange:
+        extra = {**extra, SPEC_HEADER: TARGET}
         rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
         code = _SCRIPTED_CODE.get(status)
         scripted = f"scripted by FakeLayaServer.status({status})"
@@ -192,7 +190,11 @@ class _TargetFlavour:
         return self.problem(Problem(code, detail or scripted, errors=errors), rid, extra)
 
     def exchange(self, laya: FakeLaya, request: ReceivedRequest, *, authorized: bool) -> Exchange:
-        """One HTTP request, routed as the reference server routes it."""
+        """One HTTP request, routed as the reference server routes it, claiming the target spec."""
+        status, headers, body = self._route(laya, request, authorized=authorized)
+        return status, {**headers, SPEC_HEADER: TARGET}, body
+
+    def _route(self, laya: FakeLaya, request: ReceivedRequest, *, authorized: bool) -> Exchange:
         supplied = request.header(REQUEST_ID_HEADER) or ""
         rid = supplied if is_valid_request_id(supplied) else new_request_id()
         path = request.path.split("?", 1)[0]

@@ -1,14 +1,17 @@
 """Handles for the Laya servers a test talks to, and the processes the kit can start.
 
 `ServerHandle` (what the plugin's `laya_server` yields), `LayaServeProcess` (laya's own
-laya-serve on loopback) and `wait_ready` (the one readiness loop). The reference server is
+laya-serve on loopback), `wait_ready` (the one readiness loop) and `claimed_spec_of` (which
+spec a server claims). The reference server is
 not here: it needs real Laya, and only the plugin's `laya_reference_server` fixture imports it.
 """
 
 from __future__ import annotations
 
+from pytest_laya.servers.claimed_spec import ClaimedSpec, claimed_spec_of
 from pytest_laya.servers.handle import REPLAY_URL, SERVER_KINDS, ServerHandle
 from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.servers.readiness import NotReady, wait_ready
 
-__all__ = ["REPLAY_URL", "SERVER_KINDS", "LayaServeProcess", "NotReady", "ServerHandle", "wait_ready"]
+__all__ = ["REPLAY_URL", "SERVER_KINDS", "ClaimedSpec", "LayaServeProcess", "NotReady", "ServerHandle",
+           "claimed_spec_of", "wait_ready"]

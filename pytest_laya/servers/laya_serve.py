@@ -32,7 +32,7 @@ HOST = "127.0.0.1"
 #: Names every request may route to. All point at the one checkpoint so auto-routing stays local.
 MODEL_NAMES = ("english", "multilingual", "tiny")
 #: Variables this launcher owns; `extra_env` may not override them.
-_OWNED_ENV = frozenset({"LAYA_HOST", "LAYA_PORT", "LAYA_EXTRA_MODELS", "LAYA_API_KEY"})
+_OWNED_ENV = frozenset({"LAYA_HOST", "LAYA_PORT", "LAYA_EXTRA_MODELS", "LAYA_API_KEY", "LAYA_JEV_STRICT"})
 _REDACTED = "<redacted>"
 _LOG_TAIL_CHARS = 4000
 _STOP_GRACE_S = 5.0
@@ -62,7 +62,9 @@ class LayaServeProcess:
     Use as a context manager, or call `start()` and `stop()`. `start()` returns once
     ``GET /health`` answers 200, and raises `RuntimeError` with the tail of the server's log if
     the process exits or `startup_timeout_s` passes first. The API key never appears in `log`
-    or in an error message.
+    or in an error message. `jev_strict` starts it with ``LAYA_JEV_STRICT=1``: answers with
+    Jev's field set only (no `routing`, `action`, `answer_confidence`, `x_jev_confidence`, no
+    `confidence` on noul answers, `usage` with the two token counts).
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class LayaServeProcess:
         *,
         api_key: Optional[str] = None,
         max_concurrent: Optional[int] = None,
+        jev_strict: bool = False,
         extra_env: Optional[Mapping[str, str]] = None,
         startup_timeout_s: float = 60.0,
         python: str = sys.executable,
@@ -80,6 +83,7 @@ class LayaServeProcess:
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError("max_concurrent must be a positive integer, got %r" % (max_concurrent,))
         self.max_concurrent = max_concurrent
+        self.jev_strict = bool(jev_strict)
         self.extra_env = dict(extra_env or {})
         clash = sorted(_OWNED_ENV & set(self.extra_env))
         if clash:
@@ -201,6 +205,8 @@ class LayaServeProcess:
             env["LAYA_API_KEY"] = self.api_key
         if self.max_concurrent is not None:
             env["LAYA_MAX_CONCURRENT"] = str(self.max_concurrent)
+        if self.jev_strict:
+            env["LAYA_JEV_STRICT"] = "1"
         env.update(self.extra_env)
         return env
 

@@ -2,10 +2,12 @@
 
     pytest --pyargs pytest_laya.suites.server --laya-mode=live --laya-url URL \\
         [--laya-spec current|target] [--laya-api-key KEY] [--laya-limit NAME=N ...]
-    python -m pytest_laya check URL [--spec current|target] [--api-key KEY]
+    python -m pytest_laya check URL [--spec auto|current|target] [--api-key KEY]
 
 Each test is one check: status codes and bodies for good and bad requests, the advertised
-limits, determinism, /health, batch and request ids. Every response is held to the chosen spec
+limits, determinism, /health, batch and request ids. Without --laya-spec the server is held to
+the spec it claims (`pytest_laya.servers.claimed_spec_of`: the Laya-Spec header of its first
+response, else /health's "spec", else current). Every response is held to the chosen spec
 by the plugin's observer and counted in the conformance table that ends pytest-laya's summary.
 Under the current spec, a behaviour only the target asks for ends its check as xfailed with
 the reason, and is listed under "target gaps" in the summary; under the target spec it fails.
@@ -29,6 +31,7 @@ from pytest_laya.wire.errors import LayaError
 from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.servers import ServerHandle
 from pytest_laya.suites.measures import compare, decided, describe, probability_change
+from pytest_laya.servers.claimed_spec import DEFAULT_SPEC
 from pytest_laya.suites.server_under_test import (
     CONTRACT_SECTION,
     MEASURED_SECTION,
@@ -38,6 +41,7 @@ from pytest_laya.suites.server_under_test import (
     json_body,
     parse_limit_options,
     resolve_limits,
+    resolve_spec,
 )
 
 BATCH_PATH = "/v1/systemone/batch"
@@ -80,12 +84,12 @@ ORDER_PROBES = [
 
 @pytest.fixture(scope="module")
 def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator[ServerUnderTest]:
-    """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec."""
+    """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec:
+    --laya-spec's, or (without it, or with ``auto``) the one it claims."""
     if laya_run.mode == "live":
-        handle = ServerHandle(url=laya_run.url, kind="live", spec=laya_run.spec or "current", api_key=laya_run.api_key)
+        url, kind, api_key = laya_run.url, "live", laya_run.api_key
     elif laya_run.mode == "fake":
-        fake = request.getfixturevalue("_laya_session_fake")
-        handle = ServerHandle(url=fake.url, kind="fake", spec="target")
+        url, kind, api_key = request.getfixturevalue("_laya_session_fake").url, "fake", None
     else:
         pytest.exit(f"the server contract checks a running server: add --laya-mode=live --laya-url URL "
                     f"(this run is --laya-mode={laya_run.mode})", returncode=pytest.ExitCode.USAGE_ERROR)
@@ -93,14 +97,20 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
         overrides = parse_limit_options(request.config.getoption("laya_limit") or [])
     except ValueError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
-    server = ServerUnderTest(url=handle.url, spec_name=handle.spec, api_key=handle.api_key,
-                             observe=laya_run.spec_observer(handle))
-    # Read once for the limits; the health checks read it again, validated.
-    health = server.send("GET", "/health", observe=False)
-    server.health = json_body(health) if health.status == 200 else None
+    server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key)
+    # Read once for the claimed spec and the limits; the health checks read it again, validated.
+    first = server.send("GET", "/health", observe=False)
+    server.health_status = first.status
+    server.health = json_body(first) if first.status == 200 else None
+    claim = resolve_spec(laya_run.spec, first, server.health)
+    handle = ServerHandle(url=url, kind=kind, spec=claim.name, api_key=api_key)
+    server.hold_to(claim.name, laya_run.spec_observer(handle))
     server.limits = resolve_limits(server.spec_name, server.health, overrides)
-    laya_run.note(CONTRACT_SECTION, f"{handle.kind} {handle.url} held to the {handle.spec} spec; "
+    laya_run.note(CONTRACT_SECTION, f"{kind} {url} held to the {claim.name} spec ({claim.reason}); "
                                     f"limits: {server.limits.describe()}")
+    if first.status != 200:
+        laya_run.note(CONTRACT_SECTION, f"no /health: GET /health answered {first.status}; identity comes from "
+                                        "the answers, limits from the spec")
     try:
         yield server
     finally:
@@ -112,18 +122,38 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
 
 
 @pytest.fixture
-def check(server_under_test: ServerUnderTest, laya_run: Any, request: pytest.FixtureRequest) -> Check:
+def check(server_under_test: ServerUnderTest, laya_run: Any, request: pytest.FixtureRequest) -> Iterator[Check]:
     """This check's view of the server: its name, for the gaps it reports."""
-    return Check(server_under_test, laya_run.note, request.node.name)
+    yield Check(server_under_test, laya_run.note, request.node.name)
+    unreported = server_under_test.pending_violations()
+    if unreported:  # every check reports its responses' violations; this says which one did not
+        pytest.fail(f"{request.node.name} left spec violations unreported:\n{unreported}", pytrace=False)
 
 
 def _decide(check: Check, state: Any, questions: Mapping[str, Any]) -> Decision:
-    """A well-formed decision through the served client; any refusal or bad answer fails the check."""
+    """A well-formed decision through the served client; any refusal or bad answer fails the check.
+
+    A refusal's message comes first, then the spec violations of its body. A /health the client
+    could not read is no failure here (the health checks report it).
+    """
     try:
-        return check.server.decide(state, questions)
+        decision = check.server.decide(state, questions)
     except LayaError as exc:
         error = exc  # failed outside the handler, so pytest shows one message, not a chain
+    else:
+        check.server.forget_health_violations()
+        check.conforms()
+        return decision
     check.fail(f"a well-formed decision request failed: {error}")
+
+
+def _health(check: Check, what: str, *, auth: bool = True) -> Any:
+    """GET /health, which must answer 200; a server without one (404, 405) is a target gap."""
+    x = check.server.send("GET", "/health", auth=auth)
+    if x.status in (404, 405):
+        check.target_gap(f"GET /health answered {x.status}: the server has no /health; the target's health "
+                         "document says whether it is ready, which weights serve each model, and the limits")
+    return check.expect(x, 200, what)
 
 
 def _answers(check: Check, raw: Any, questions: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -153,13 +183,13 @@ def _same(check: Check, what: str, reference: Decision | Mapping[str, Any], othe
 # -- /health ------------------------------------------------------------------------------
 
 def test_health_answers_status_ok(check: Check) -> None:
-    body = check.expect(check.server.send("GET", "/health"), 200, "GET /health")
+    body = _health(check, "GET /health")
     if not isinstance(body, dict) or body.get("status") != "ok":
         check.fail(f'GET /health must be a JSON object with "status": "ok", got {body!r}')
 
 
 def test_health_names_the_models_and_the_limits(check: Check) -> None:
-    body = check.expect(check.server.send("GET", "/health"), 200, "GET /health")
+    body = _health(check, "GET /health")
     missing = [name for name in ("ready", "models", "limits") if not isinstance(body, dict) or name not in body]
     if missing:
         check.target_gap(f"/health has no {', '.join(missing)}; the target's health document says whether the "
@@ -171,7 +201,7 @@ def test_health_names_the_models_and_the_limits(check: Check) -> None:
 
 def test_health_without_a_token_shows_liveness_only(check: Check) -> None:
     _needs_key(check)
-    body = check.expect(check.server.send("GET", "/health", auth=False), 200, "GET /health without a token")
+    body = _health(check, "GET /health without a token", auth=False)
     if body != {"status": "ok"}:
         check.fail(f'GET /health without a token must show only {{"status": "ok"}}, got keys {sorted(body or {})}')
 
@@ -303,7 +333,7 @@ def test_a_wrong_or_missing_token_is_a_401(check: Check) -> None:
         x = check.server.post(GOOD, headers=headers, auth=False)
         check.expect(x, 401, f"a decision request with {what}", code="unauthorized")
         seen = x.body.decode("utf-8", "replace") + "\n".join(x.headers.values())
-        if wrong in seen or check.server.api_key in seen:
+        if wrong in seen or check.server.api_key.reveal() in seen:
             check.fail(f"the 401 to a request with {what} shows a token (redacted here as ***): {check.server.describe(x)}")
 
 
@@ -314,7 +344,7 @@ def test_batch_answers_each_state_as_alone(check: Check) -> None:
     x = check.server.post({"states": states, "questions": MIXED}, path=BATCH_PATH, observe=False)
     if x.status in (404, 405):
         check.target_gap(f"POST {BATCH_PATH} answered {x.status}; the target answers several states in one request")
-    check.server.observe(x)
+    check.server.observe(x, defer=True)
     body = check.expect(x, 200, f"POST {BATCH_PATH} with {len(states)} states")
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list) or len(results) != len(states):

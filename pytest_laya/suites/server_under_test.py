@@ -10,6 +10,11 @@ it breaks are collected (`ServerUnderTest.rule_gaps`): a run against today's ser
 far they are from the target, rule by rule, without failing on it. A check of a behaviour only
 the target asks for reports the gap through `Check.target_gap`: xfailed with the reason under
 the current spec, failed under the target.
+
+A wrong status is the cause; the spec violations of that body follow from it. So a raw
+response's violations wait until `Check.expect` has checked its status, and a refused decision's
+wait for the client's error: each failure message names the status first, then the violations,
+and says each thing once.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pytest_laya.specs.conformance import SpecViolationError
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.client.settings import redact_url
+from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "Limits",
     "parse_limit_options",
     "resolve_limits",
+    "resolve_spec",
     "ServerUnderTest",
     "Check",
     "CONTRACT_SECTION",
@@ -45,6 +52,7 @@ __all__ = [
 ]
 
 JSON = "application/json"
+HEALTH_PATH = "/health"
 #: One request's time limit: generous, because a real model on a busy machine is slow.
 REQUEST_TIMEOUT_S = 60.0
 #: Summary sections (pytest-laya's terminal summary prints them before the conformance table).
@@ -118,37 +126,62 @@ def resolve_limits(spec_name: str, health: Any, overrides: Mapping[str, int]) ->
     return Limits(**values, sources=sources)
 
 
+def resolve_spec(chosen: str | None, first: Exchange, health: Any) -> ClaimedSpec:
+    """The spec the run holds the server to: `chosen` (--laya-spec), else the one it claims.
+
+    `first` is the run's first response (its GET /health) and `health` that document, if any;
+    ``auto`` or None means: read the claim (`pytest_laya.servers.claimed_spec_of`).
+    """
+    if chosen in ("current", "target"):
+        return ClaimedSpec(chosen, "chosen with --laya-spec")
+    return claimed_spec_of(first.headers, health)
+
+
 class ServerUnderTest:
     """One server, held to `spec_name`: raw requests and the served client, both observed."""
 
-    def __init__(self, *, url: str, spec_name: str, api_key: str | None,
-                 observe: Callable[[Exchange], None], timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, *, url: str, spec_name: str, api_key: Any,
+                 observe: Callable[[Exchange], None] | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.url = url
         self.spec_name = spec_name
-        self.api_key = api_key
+        from pytest_laya.client.secret import Secret
+
+        self.api_key = Secret.wrap(api_key)  # a Secret: printed as Secret('***'), revealed only to send
         self.timeout_s = timeout_s
         self._observe = observe
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False)
-        self._secrets = [api_key] if api_key else []
+        self._secrets = [self.api_key.reveal()] if self.api_key else []
         #: (where, expected) -> operation -> statuses of the responses that broke that target rule.
         self.rule_gaps: dict[tuple[str, str], dict[str, dict[int, None]]] = {}
         #: Measurement lines, noted in the summary after the gaps.
         self.measurements: list[str] = []
         self.limits: Limits | None = None
         self.health: Any = None
+        #: The status of the run's first GET /health (404: the server has none).
+        self.health_status: int | None = None
         self._client: ServedLayaClient | None = None
+        #: (path, message) of spec violations not reported yet, each waiting for its status to be checked.
+        self._pending: list[tuple[str, str]] = []
+
+    def hold_to(self, spec_name: str, observe: Callable[[Exchange], None]) -> None:
+        """From now on, hold every response to `spec_name` through `observe` (the plugin's observer)."""
+        self.spec_name = spec_name
+        self._observe = observe
 
     # -- requests -----------------------------------------------------------------------
 
     def send(self, method: str, path: str, body: bytes | None = None, *, content_type: str | None = JSON,
              headers: Mapping[str, str] | None = None, auth: bool = True, observe: bool = True) -> Exchange:
-        """One request as given; the response is validated (unless `observe` is False) and returned."""
+        """One request as given; the response is validated (unless `observe` is False) and returned.
+
+        Its violations, if any, are reported by `Check.expect` once the status is known right.
+        """
         sent = {"Accept": "application/json, application/problem+json", "User-Agent": "pytest-laya-server-contract",
                 REQUEST_ID_HEADER: new_request_id()}
         if content_type is not None and body is not None:
             sent["Content-Type"] = content_type
         if auth and self.api_key:
-            sent["Authorization"] = f"Bearer {self.api_key}"
+            sent["Authorization"] = f"Bearer {self.api_key.reveal()}"
         sent.update(headers or {})
         started = time.monotonic()
         try:
@@ -160,7 +193,7 @@ class ServerUnderTest:
                             headers=response.headers, body=response.content, request_body=body,
                             elapsed_s=time.monotonic() - started)
         if observe:
-            self.observe(exchange)
+            self.observe(exchange, defer=True)
         return exchange
 
     def post(self, payload: Any, path: str = DECIDE_PATH, **kwargs: Any) -> Exchange:
@@ -177,17 +210,39 @@ class ServerUnderTest:
                                             on_exchange=self.observe)
         return self._client.decide(state, questions)
 
-    def observe(self, exchange: Exchange) -> None:
-        """Hold `exchange` to the chosen spec (raises on a violation) and collect its target gaps."""
+    def observe(self, exchange: Exchange, *, defer: bool = False) -> None:
+        """Hold `exchange` to the chosen spec and collect its target gaps.
+
+        A violation fails the check at once when the status is a success and `defer` is False (a
+        decision the client accepted); otherwise it waits in `pending_violations`, to follow the
+        message about the status.
+        """
         if self.spec_name == "current":
             for v in Spec.target().violations(exchange.method, exchange.path, exchange.status,
                                               exchange.headers, exchange.body):
                 seen = self.rule_gaps.setdefault((_general_pointer(v.where), v.expected), {})
                 seen.setdefault(f"{exchange.method} {exchange.path}", {})[exchange.status] = None
+        assert self._observe is not None, "hold_to() names the spec before the first observed request"
         try:
             self._observe(exchange)
-        except SpecViolationError as exc:  # the violations are the message; the client's frames are noise
-            pytest.fail(self.redact(str(exc)), pytrace=False)
+            return
+        except SpecViolationError as exc:
+            message = self.redact(str(exc))
+        if defer or not 200 <= exchange.status < 300:
+            self._pending.append((exchange.path, message))
+            return
+        # Outside the handler, so the violations are printed once, with no chained traceback.
+        pytest.fail(message, pytrace=False)
+
+    def pending_violations(self) -> str:
+        """The violations not reported yet, as one text (empty if none); they count as reported now."""
+        text = "\n".join(message for _, message in self._pending)
+        self._pending.clear()
+        return text
+
+    def forget_health_violations(self) -> None:
+        """Drop the pending violations of the client's own /health reads (the health checks report those)."""
+        self._pending = [(path, message) for path, message in self._pending if path != HEALTH_PATH]
 
     # -- words --------------------------------------------------------------------------
 
@@ -258,13 +313,24 @@ class Check:
         self.server.measurements.append(line)
 
     def fail(self, message: str) -> NoReturn:
+        """Fail the check with `message`, followed by any spec violations not reported yet."""
+        pending = self.server.pending_violations()
+        if pending:
+            message += "\nThe response also breaks the spec:\n" + pending
         pytest.fail(self.server.redact(message), pytrace=False)
+
+    def conforms(self) -> None:
+        """Fail on the spec violations not reported yet (the status was right, so they are the fault)."""
+        pending = self.server.pending_violations()
+        if pending:
+            pytest.fail(pending, pytrace=False)
 
     def target_gap(self, what: str) -> NoReturn:
         """A behaviour only the target asks for is missing: xfailed under the current spec, failed under the target."""
         what = self.server.redact(what)
         if self.spec_name != "current":
-            pytest.fail(what, pytrace=False)
+            self.fail(what)
+        self.conforms()  # a response that breaks the current spec fails, gap or not
         self._note(BEHAVIOUR_GAPS_SECTION, f"{self.name}: {what}")
         pytest.xfail(f"target gap: {what}")
 
@@ -277,6 +343,7 @@ class Check:
         """
         body = json_body(exchange)
         if exchange.status == status:
+            self.conforms()
             if code is not None and self.spec_name == "target":
                 got = body.get("code") if isinstance(body, Mapping) else None
                 if got != code:

@@ -59,10 +59,15 @@ class Score:
 
 @dataclass(frozen=True)
 class Noul:
-    """`p` is P(true) for a yes/no question."""
+    """`p` is P(true) for a yes/no question.
+
+    `confidence` is None when the server sent none: Jev's noul answer is `type` and `noul` only,
+    and laya-serve with ``LAYA_JEV_STRICT=1`` (and the reference server's ``--jev-strict``) send
+    just that. Choice and score answers always carry one.
+    """
 
     p: float
-    confidence: float
+    confidence: float | None = None
     type: str = field(default="noul", init=False)
 
 
@@ -150,13 +155,14 @@ def _parse_one(asked: AskedQuestion, raw: Any) -> Answer:
         raise _bad(f"answer {qid!r} must be an object, got {type(raw).__name__}")
     if raw.get("type", asked.type) != asked.type:
         raise _bad(f"answer {qid!r} has type {raw.get('type')!r}, but a {asked.type} question was asked")
-    if "confidence" not in raw:
-        raise _bad(f"answer {qid!r} has no confidence")
-    confidence = _unit_number(qid, "confidence", raw["confidence"])
     if asked.type == "noul":
         if "noul" not in raw:
             raise _bad(f"answer {qid!r} has no 'noul' probability")
+        confidence = _unit_number(qid, "confidence", raw["confidence"]) if "confidence" in raw else None
         return Noul(p=_unit_number(qid, "noul", raw["noul"]), confidence=confidence)
+    if "confidence" not in raw:
+        raise _bad(f"answer {qid!r} has no confidence")
+    confidence = _unit_number(qid, "confidence", raw["confidence"])
     probs = _distribution(qid, raw.get("probabilities"), asked.option_keys)
     if asked.type == "choice":
         key = raw.get("choice")

@@ -132,6 +132,8 @@ def test_every_byte_cut_of_a_cassette_is_refused(recorded, tmp_path):
     # tests/cassettes/test_cassettes.py cuts at every line; a crash mid-write can stop at any byte.
     path = tmp_path / "cut.yaml"
     for size in range(0, len(recorded), max(1, len(recorded) // 60)):
+        if recorded[:size].rstrip() == recorded.rstrip():
+            continue  # only the final newline is gone: the cassette is whole
         path.write_text(recorded[:size])
         with pytest.raises(CassetteError) as caught:
             with use_cassette(path, record=False):

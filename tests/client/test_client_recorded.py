@@ -13,7 +13,7 @@ from tests.helpers.recorded import recordings
 BY_NAME = {r.id: r for r in recordings()}
 # unknown_model is answered by another model than the one asked for: see its own test.
 DECISIONS = [r for r in recordings() if r.status == 200 and r.path == "/v1/systemone" and r.request
-             and not r.file.name.endswith("unknown_model.json")]
+             and r.case != "unknown_model"]
 
 
 def replay(*responses, health=None, seen=None):
@@ -98,8 +98,8 @@ def test_served_by_in_the_answer_wins_and_no_health_read_is_made():
         ("system1/frontend.too_many_questions.json", LayaCallError, "rejected", 413, "too many questions"),
         ("system1/worker.malformed_json.json", LayaCallError, "rejected", 400, "must be valid JSON"),
         ("system1/frontend-down.unreachable.json", LayaCallError, "unavailable", 502, "backend unavailable"),
-        ("laya-serve-0.4.15/laya-serve.overload.json", LayaCallError, "unavailable", 503, "server busy"),
-        ("laya-serve-0.4.15/laya-serve.state_too_large.json", LayaCallError, "rejected", 413, "state too large"),
+        ("laya-serve-0.4.15/overload.yaml", LayaCallError, "unavailable", 503, "server busy"),
+        ("laya-serve-0.4.15/state_too_large.yaml", LayaCallError, "rejected", 413, "state too large"),
     ],
 )
 def test_recorded_errors_map_to_stable_codes_with_the_servers_words(name, error, code, status, detail):
@@ -120,7 +120,7 @@ def test_recorded_errors_map_to_stable_codes_with_the_servers_words(name, error,
 
 
 def test_a_server_that_ignored_the_requested_model_is_a_config_error():
-    rec = BY_NAME["laya-serve-0.4.15/laya-serve.unknown_model.json"]
+    rec = BY_NAME["laya-serve-0.4.15/unknown_model.yaml"]
     transport = httpx.MockTransport(replay(answer_of(rec)))
     with ServedLayaClient("http://laya.test", model="no-such-model", transport=transport) as client:
         with pytest.raises(LayaConfigError, match="routed to 'english'") as info:
@@ -129,7 +129,7 @@ def test_a_server_that_ignored_the_requested_model_is_a_config_error():
 
 
 def test_a_filled_token_window_is_a_config_error_unless_allowed():
-    rec = BY_NAME["laya-serve-0.4.15/laya-serve.long_state.json"]
+    rec = BY_NAME["laya-serve-0.4.15/long_state.yaml"]
     transport = httpx.MockTransport(replay(answer_of(rec)))
     with ServedLayaClient("http://laya.test", model="tiny", transport=transport) as client:
         with pytest.raises(LayaConfigError, match="token window") as info:

@@ -22,11 +22,13 @@ from pytest_laya.servers import REPLAY_URL
 SHIPPED = Path(__file__).resolve().parents[2] / "cassettes"
 
 
-def shipped_decisions() -> list[tuple[Path, int, dict]]:
-    """(cassette, interaction index, request body) of every recorded 200 decision a client accepts."""
+def shipped_decisions() -> list[tuple[Path, int, dict, bool]]:
+    """(cassette, interaction index, request body, whether the answer names its weights) of every
+    recorded 200 decision a client accepts."""
     found = []
     for path in sorted(SHIPPED.rglob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        reads_health = any(i["request"]["uri"].endswith("/health") for i in data.get("interactions") or ())
         for index, interaction in enumerate(data.get("interactions") or ()):
             request, response = interaction["request"], interaction["response"]
             if (request["method"], request["uri"].rsplit("/", 2)[-2:], response["status"]["code"]) != (
@@ -40,7 +42,9 @@ def shipped_decisions() -> list[tuple[Path, int, dict]]:
             routed = (answer.get("routing") or {}).get("model")
             if body.get("model") is not None and routed not in (None, body["model"]):
                 continue  # a server that ignored the model asked for: the client refuses it (model_ignored)
-            found.append((path, index, body))
+            if "served_by" not in answer and not reads_health:
+                continue  # a raw request: a client would have read /health too, and none is recorded
+            found.append((path, index, body, "served_by" in answer or "routing" in answer))
     return found
 
 
@@ -51,12 +55,30 @@ def test_the_shipped_cassettes_hold_recorded_decisions():
     assert len(DECISIONS) >= 5, f"expected recorded decisions under {SHIPPED}"
 
 
-@pytest.mark.parametrize(("cassette", "index", "body"), DECISIONS,
-                         ids=[f"{c.relative_to(SHIPPED).with_suffix('').as_posix()}#{i}" for c, i, _ in DECISIONS])
-def test_every_shipped_decision_keeps_the_contract(cassette, index, body):
+@pytest.mark.parametrize(("cassette", "index", "body", "named"), DECISIONS,
+                         ids=[f"{c.relative_to(SHIPPED).with_suffix('').as_posix()}#{i}" for c, i, _, _ in DECISIONS])
+def test_every_shipped_decision_keeps_the_contract(cassette, index, body, named):
     with use_cassette(cassette, record=False, strict=False):
         with ServedLayaModel(REPLAY_URL, model=body.get("model"), name=f"replayed {cassette.stem}",
                              allow_truncation=True) as model:
             decision = model.decide(body["state"], body["questions"])
     assert decision_problems(body["questions"], decision) == []
-    assert decision.model and "@" in decision.model
+    if named:
+        assert decision.model and "@" in decision.model
+    else:  # laya-serve's strict mode names no weights (no routing, no served_by): unknown, not guessed
+        assert decision.model is None
+
+
+def test_a_noul_without_confidence_keeps_the_contract_and_a_choice_without_one_does_not():
+    from pytest_laya.wire.decision import Choice, Decision, Noul, Provenance, Usage
+
+    questions = {"refund": {"type": "noul", "instructions": "Refund?"},
+                 "team": {"type": "choice", "instructions": "Team?", "criteria": ["billing", "technical"]}}
+
+    def decision(choice_confidence):
+        team = Choice(key="billing", probabilities={"billing": 0.6, "technical": 0.4}, confidence=choice_confidence)
+        return Decision(answers={"refund": Noul(p=0.7), "team": team}, usage=Usage(input_tokens=1), model=None,
+                        provenance=Provenance(url="x", request_id=None, served_by=None))
+
+    assert decision_problems(questions, decision(0.2)) == []
+    assert decision_problems(questions, decision(None)) == ["answer 'team': confidence None is outside [0, 1]"]

@@ -1,7 +1,8 @@
 """The server contract (pytest_laya.suites.server) run as users run it, against real servers.
 
 The reference server on the tiny checkpoint must pass it under the target spec, laya-serve
-0.4.15 under the current spec with its target gaps listed, and deliberately broken servers must
+0.4.15 (default and LAYA_JEV_STRICT=1) under the current spec with its target gaps listed, each
+held to the spec it claims when no --laya-spec is given, and deliberately broken servers must
 fail it, each on the check that names what is broken: a contract that cannot fail proves nothing.
 """
 
@@ -15,6 +16,11 @@ import sys
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
 import httpcore  # noqa: F401
 import pytest
+
+try:  # numpy refuses a second import in one process; an inner run must not import it first
+    import numpy  # noqa: F401
+except ImportError:  # pragma: no cover - without the reference extra
+    pass
 
 from pytest_laya import Spec
 from pytest_laya.__main__ import main, pytest_arguments
@@ -46,6 +52,11 @@ def run(pytester, *args):
     return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *SUITE, *args)
 
 
+def check_command(pytester, url, *extra, api_key=KEY):
+    """What `python -m pytest_laya check URL --api-key KEY -- EXTRA` runs (no --spec: auto), in process."""
+    return pytester.runpytest(*pytest_arguments(url, api_key=api_key, extra=extra))
+
+
 def failed_checks(result) -> list[str]:
     return sorted(report.nodeid.split("::")[-1] for report in result.reprec.getreports("pytest_runtest_logreport")
                   if report.failed)
@@ -72,33 +83,43 @@ def reference_keyed():
         yield thread
 
 
-@pytest.fixture(scope="module")
-def laya_serve():
+def _laya_serve(**options):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     from pytest_laya.servers.laya_serve import LayaServeProcess
     from reference_server.tiny_checkpoint import embedded_checkpoint_dir
 
-    with LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY) as server:
+    return LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY, **options)
+
+
+@pytest.fixture(scope="module")
+def laya_serve():
+    with _laya_serve() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def laya_serve_strict():
+    with _laya_serve(jev_strict=True) as server:
         yield server
 
 
 # -- (a) the reference server: the whole target contract -----------------------------------
 
-def test_the_reference_server_meets_the_target_contract(pytester, reference):
-    result = run(pytester, "--laya-mode=live", f"--laya-url={reference.url}", "--laya-spec=target", "-rs")
+def test_the_reference_server_meets_the_target_contract_it_claims(pytester, reference):
+    result = run(pytester, "--laya-mode=live", f"--laya-url={reference.url}", "-rs")
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
     out = result.stdout.str()
     assert "target gaps" not in out
     result.stdout.fnmatch_lines(["*SKIPPED*no --laya-api-key given: the token checks need the server's key*"])
     result.stdout.fnmatch_lines([
         "server contract:",
-        f"  live {reference.url} held to the target spec; limits: max_questions 64, max_state_chars 50000, "
-        "max_body_bytes 2097152 (from /health)",
+        f"  live {reference.url} held to the target spec (its Laya-Spec header says target); limits: "
+        "max_questions 64, max_state_chars 50000, max_body_bytes 2097152 (from /health)",
         "measured (reported, never failed on):",
         "  option order: * of 8 reorderings changed the choice (*%) over 4 questions; largest probability change *",
         "  question independence: * of 4 answers decided differently alone than beside the other 3 questions;*",
         "conformance (each server's responses, against each spec):",
-        f"  live {reference.url}*target   operations 3/3, headers 7/7, 0 violations in * responses",
+        f"  live {reference.url}*target   operations 3/3, headers 10/10, 0 violations in * responses",
     ])
 
 
@@ -121,19 +142,42 @@ def test_laya_serve_meets_the_current_contract_and_its_target_gaps_are_listed(py
                  f"--laya-api-key={KEY}", "-rx")
     result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS), xfailed=len(LAYA_SERVE_GAPS))
     result.stdout.fnmatch_lines([
+        f"  live {laya_serve.url} held to the current spec (chosen with --laya-spec); limits: *",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
         "target gaps: target-spec rules these responses broke:",
         "  /headers/x-request-id: expected header X-Request-Id (required) [GET /health 200; POST /v1/systemone 200, 400, 401, 413, 422*",
         "measured (reported, never failed on):",
         "conformance (each server's responses, against each spec):",
-        f"  live {laya_serve.url}*current  operations 3/3, headers 4/4, 0 violations in * responses",
+        f"  live {laya_serve.url}*current  operations 3/3, headers 7/7, 0 violations in * responses",
         f"  live {laya_serve.url}*target   operations 0/3*",
     ])
     result.stdout.fnmatch_lines([f"XFAIL *{name} - target gap: *" for name in LAYA_SERVE_GAPS])
     result.stdout.fnmatch_lines(["*test_a_body_that_is_not_json_media_is_a_415: a JSON body sent as Content-Type: "
                                  "text/plain: answered 200; the target asks for 415 unsupported_media_type"])
     assert KEY not in result.stdout.str() + result.stderr.str()
+
+
+# -- (b') python -m pytest_laya check URL, no --spec: each server held to the spec it claims --
+
+@pytest.mark.parametrize("which", ["laya_serve", "laya_serve_strict"])
+def test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_target_gaps(pytester, request, which):
+    server = request.getfixturevalue(which)
+    result = check_command(pytester, server.url)
+    result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS), xfailed=len(LAYA_SERVE_GAPS))
+    result.stdout.fnmatch_lines([
+        f"  live {server.url} held to the current spec (it claims none (no Laya-Spec header, no \"spec\" in /health)); *",
+        "target gaps: behaviours only the target spec asks for (their checks xfailed):",
+        *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
+    ])
+    assert KEY not in result.stdout.str() + result.stderr.str()
+
+
+def test_check_without_a_spec_holds_the_reference_server_to_the_target_it_claims(pytester, reference_keyed):
+    result = check_command(pytester, reference_keyed.url)
+    result.assert_outcomes(passed=CHECKS)
+    result.stdout.fnmatch_lines([f"  live {reference_keyed.url} held to the target spec (its Laya-Spec header says target); *"])
+    assert "target gaps" not in result.stdout.str()
 
 
 # -- (c) broken servers fail, on the check that names the fault ------------------------------
@@ -228,6 +272,64 @@ def test_a_response_that_breaks_the_chosen_spec_fails_with_its_violations(pytest
         result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "--laya-spec=target")
     assert "test_a_decision_answers_every_question_in_order" in failed_checks(result)
     result.stdout.fnmatch_lines(["*POST /v1/systemone -> 200 breaks the target spec*", "*/body/served_by: expected a required property*"])
+
+
+def test_a_wrong_status_is_reported_before_the_spec_violations_of_its_body_and_each_once(pytester):
+    fake = FakeLayaServer()
+
+    def malformed_json_is_a_404(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if request.path == "/v1/systemone" and response.status == 400:
+            return Respond(404, _answer_body(response), headers=response.headers)
+        return response
+
+    with ScriptedServer(default=malformed_json_is_a_404) as broken:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", "malformed_json")
+    assert failed_checks(result) == ["test_malformed_json_is_a_400"]
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["a body that is not valid JSON: expected HTTP 400 malformed_request, got HTTP 404 *",
+                                 "The response also breaks the spec:",
+                                 "POST /v1/systemone -> 404 breaks the target spec (1 violation):",
+                                 "  /status: expected one of *, got 404"])
+    assert out.count("/status: expected one of") == 1 and "During handling" not in out
+
+
+def test_a_body_that_breaks_the_spec_is_printed_once(pytester):
+    fake = FakeLayaServer()
+
+    def without_served_by(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if response.status == 200 and request.path == "/v1/systemone":
+            body = _answer_body(response)
+            body.pop("served_by")
+            return _rewritten(response, body)
+        return response
+
+    with ScriptedServer(default=without_served_by) as broken:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", "every_question_in_order")
+    out = result.stdout.str()
+    assert out.count("/body/served_by: expected a required property") == 1 and "During handling" not in out
+
+
+def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
+    fake = FakeLayaServer(flavor="laya-serve-0.4.15")  # never started: only its answers are used
+
+    def no_health(request: ReceivedRequest) -> Respond:
+        if request.path == "/health":
+            return Respond(404, {"detail": "Not Found"})
+        return fake.normal_response(request)
+
+    with ScriptedServer(default=no_health) as jev:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-rx")
+    health_checks = ["test_health_answers_status_ok", "test_health_names_the_models_and_the_limits"]
+    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - len(LAYA_SERVE_GAPS) - 1, skipped=TOKEN_CHECKS,
+                           xfailed=len(LAYA_SERVE_GAPS) + 1)
+    result.stdout.fnmatch_lines([
+        f"  live {jev.url} held to the current spec (it claims none *",
+        "  no /health: GET /health answered 404; identity comes from the answers, limits from the spec",
+        "target gaps: behaviours only the target spec asks for (their checks xfailed):",
+        *[f"  {name}: GET /health answered 404: the server has no /health*" for name in health_checks],
+    ])
 
 
 # -- limits and usage errors ---------------------------------------------------------------
@@ -331,10 +433,11 @@ def test_summary_notes_merge_from_workers_once_each():
 # -- (d) python -m pytest_laya check -------------------------------------------------------
 
 def test_python_m_pytest_laya_check_runs_the_contract_end_to_end(reference_keyed, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pytest_laya", "check", reference_keyed.url, "--spec", "target",
+    done = subprocess.run([sys.executable, "-m", "pytest_laya", "check", reference_keyed.url,
                            "--api-key", KEY, "--", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"{CHECKS} passed" in done.stdout
+    assert "held to the target spec (its Laya-Spec header says target)" in done.stdout
     assert "conformance (each server's responses, against each spec):" in done.stdout
     assert KEY not in done.stdout + done.stderr
     assert not (tmp_path / ".pytest_cache").exists()
@@ -358,5 +461,7 @@ def test_check_hands_pytest_the_suite_and_the_key_only_as_its_option():
     args = pytest_arguments("http://127.0.0.1:8000", spec="target", api_key=KEY, extra=["-k", "health"])
     assert args[:5] == ["--pyargs", "pytest_laya.suites.server", "--laya-mode=live",
                         "--laya-url=http://127.0.0.1:8000", "--laya-spec=target"]
+    # auto, the default, passes no --laya-spec: the suite reads the server's claim.
+    assert not [a for a in pytest_arguments("http://127.0.0.1:8000") if a.startswith("--laya-spec")]
     assert [a for a in args if KEY in a] == [f"--laya-api-key={KEY}"]
     assert args[-2:] == ["-k", "health"] and "no:cacheprovider" in args

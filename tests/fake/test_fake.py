@@ -22,7 +22,7 @@ from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
-from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA
+from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA, recording
 
 SPECS = {TARGET: Spec.target, LAYA_SERVE: Spec.current}
 STATE = "I was charged twice for my order. Please refund the duplicate today."
@@ -74,7 +74,13 @@ def answers(server: FakeLayaServer, state, questions) -> dict:
 
 
 def record(case: str) -> dict:
-    return json.loads((LAYA_SERVE_DATA / f"laya-serve.{case}.json").read_text(encoding="utf-8"))
+    """laya-serve 0.4.15's answer to `case`, from its shipped cassette (the first interaction)."""
+    rec = recording(LAYA_SERVE_DATA, case)
+    found = {"status": rec.status, "body": rec.body, "method": rec.method, "path": rec.path,
+             "response_headers": rec.headers, "request": rec.request}
+    if rec.request is None and rec.request_bytes:
+        found["request_raw"] = rec.request_bytes.decode("utf-8")
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -619,3 +625,18 @@ def test_deeply_nested_bodies_are_answered_or_refused_never_crash(flavor, levels
     assert response.status_code < 500, response.text
     if flavor == "target":
         assert response.status_code == 400 and response.json()["code"] == "malformed_request"
+
+
+def test_the_target_flavour_claims_the_target_spec_and_the_laya_serve_flavour_none():
+    from pytest_laya.servers import claimed_spec_of
+
+    with FakeLayaServer(flavor=TARGET) as target, FakeLayaServer(flavor=LAYA_SERVE) as laya_serve:
+        for server, claim in ((target, "target"), (laya_serve, "current")):
+            health = get(server, "/health")
+            decided = post(server, {"state": STATE, "questions": COMBINED})
+            refused = post(server, {"state": STATE})
+            server.status(503)
+            scripted = HTTP.post(server.url + "/v1/systemone", json={"state": STATE, "questions": COMBINED})
+            for response in (health, decided, refused, scripted):
+                assert claimed_spec_of(response.headers, None).name == claim, (server.flavor, response.status_code)
+            assert claimed_spec_of({}, health.json()).name == claim

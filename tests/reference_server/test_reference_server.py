@@ -110,6 +110,16 @@ def test_probes(plain):
     assert conforms(httpx.get(plain.url + "/readyz")).json() == health
 
 
+def test_every_response_claims_the_target_spec(plain, keyed):
+    # The claim the server contract and the plugin read (pytest_laya.servers.claimed_spec_of).
+    responses = [post(plain.url, BODY), httpx.get(plain.url + "/health"), httpx.get(plain.url + "/livez"),
+                 httpx.get(plain.url + "/nowhere"), post(plain.url, content=b"{", headers={"Content-Type": "application/json"}),
+                 post(keyed.url, BODY), httpx.get(keyed.url + "/health")]
+    assert [r.headers.get("laya-spec") for r in responses] == ["target"] * len(responses)
+    assert httpx.get(plain.url + "/health").json()["spec"] == "target"
+    assert "spec" not in httpx.get(keyed.url + "/health").json()  # liveness only, without the token
+
+
 # -- refusals -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs import Spec
 from pytest_laya.specs.spec import _formats
 from pytest_laya.wire.pointer import escape as _escape
-from tests.helpers.recorded import recordings
+from tests.helpers.recorded import LAYA_SERVE, REFERENCE, SYSTEM1, LAYA_SERVE_STRICT, recording, recordings
 
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
 URI = "urn:test:schema-compiler"
@@ -56,7 +56,7 @@ def agree(schema: Any, instances: list[Any], document: dict[str, Any] | None = N
 # -- the real specs ---------------------------------------------------------------------
 
 SPECS = {"current": Spec.current(), "target": Spec.target()}
-RECORDINGS = recordings()
+RECORDINGS = recordings(SYSTEM1, LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE)
 
 
 def deref(document: Any, node: Any, pointer: str) -> tuple[Any, str]:
@@ -633,7 +633,7 @@ def test_random_schemas_agree_with_jsonschema():
 
 def test_speed_sanity_print():
     spec = SPECS["current"]
-    rec = next(r for r in RECORDINGS if r.file.name == "laya-serve.combined.json" and "0.4.15" in str(r.file))
+    rec = recording(LAYA_SERVE, "combined")
     pointer = response_pointer(spec, rec)[0]
     compiled, expected = pair(spec.document, pointer)
     assert compiled(rec.body) and expected(rec.body)

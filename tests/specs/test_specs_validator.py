@@ -115,7 +115,7 @@ def test_header_names_are_case_insensitive_and_may_come_as_pairs():
     spec = Spec.current()
     pairs = [("Content-Type", "application/json"), ("Server-Timing", "inference;dur=3.5")]
     assert spec.violations("POST", "/v1/systemone", 200, pairs, OK_BODY) == []
-    [bad] = spec.violations("POST", "/v1/systemone", 200, [*pairs[:1], ("SERVER-TIMING", "total;dur=1")], OK_BODY)
+    [bad] = spec.violations("POST", "/v1/systemone", 200, [*pairs[:1], ("SERVER-TIMING", "total;dur=")], OK_BODY)
     assert bad.where == "/headers/server-timing"
 
 

@@ -119,3 +119,19 @@ def test_usage_is_checked_and_extra_counts_kept():
     assert usage.input_tokens == 40 and usage.truncated and usage.extra["state_tokens"] == 12
     with pytest.raises(LayaCallError, match="input_tokens"):
         parse_usage({"input_tokens": -3})
+
+
+def test_a_noul_answer_without_confidence_is_accepted_with_none():
+    # Jev's noul answer is `type` and `noul` only; laya-serve with LAYA_JEV_STRICT=1 sends just that.
+    strict = {**answers(), "refund": {"type": "noul", "noul": 0.7}}
+    parsed = parse_answers(strict, normalize_questions(QUESTIONS))
+    assert parsed["refund"] == Noul(p=0.7, confidence=None)
+
+
+@pytest.mark.parametrize("qid", ["team", "urgency"])
+def test_choice_and_score_answers_without_confidence_are_still_refused(qid):
+    # Every Jev server sends a confidence on choice and score answers; none omits it.
+    broken = answers()
+    del broken[qid]["confidence"]
+    with pytest.raises(LayaCallError, match="has no confidence"):
+        parse_answers(broken, normalize_questions(QUESTIONS))

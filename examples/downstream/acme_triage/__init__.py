@@ -73,4 +73,5 @@ def routing_from(decision: Any, *, urgent_from: float = 1.5) -> Routing:
     """A `Routing` from a decision on `QUESTIONS` (urgent: expected urgency level >= `urgent_from`)."""
     team, urgency, refund = decision["team"], decision["urgency"], decision["refund"]
     return Routing(team=team.key, urgent=urgency.expected >= urgent_from, refund_requested=refund.p >= 0.5,
-                   confidence=min(team.confidence, refund.confidence))
+                   # A Jev-strict server sends no confidence on a noul answer (None).
+                   confidence=min(c for c in (team.confidence, refund.confidence) if c is not None))

@@ -1,0 +1,50 @@
+"""The strict Jev answer shape (``--jev-strict``, ``LAYA_JEV_STRICT=1``), as laya-serve has it.
+
+Jev's `/v1/systemone` answer carries its type's fields only: choice = `type`, `choice`,
+`probabilities`, `confidence`; score = the same with `score` and `legend`; noul = `type` and
+`noul`; `usage` is the two token counts. A Jev client that validates with
+``additionalProperties: false`` refuses laya's additions (`action`, `answer_confidence`,
+`x_jev_confidence`, the abstention fields, `routing`, the truncation facts), so strict mode
+drops them, as laya-serve 0.4.15's ``LAYA_JEV_STRICT`` does, and adds `latency_ms`, which such
+clients require. `served_by` and `model` stay: the target spec asks for them on every 200.
+Nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ANSWER_FIELDS", "jev_strict_payload", "strict_answers", "strict_usage"]
+
+#: The fields of each answer type in Jev's wire contract.
+ANSWER_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "choice": ("type", "choice", "probabilities", "confidence"),
+    "score": ("type", "score", "probabilities", "confidence", "legend"),
+    "noul": ("type", "noul"),
+}
+
+
+def strict_answers(answers: Mapping[str, Any]) -> dict[str, Any]:
+    """Each answer cut to its type's Jev fields (an answer of unknown type passes unchanged)."""
+    out: dict[str, Any] = {}
+    for qid, answer in answers.items():
+        fields = ANSWER_FIELDS.get(answer.get("type")) if isinstance(answer, Mapping) else None
+        out[qid] = answer if fields is None else {name: answer[name] for name in fields if name in answer}
+    return out
+
+
+def strict_usage(usage: Mapping[str, Any]) -> dict[str, int]:
+    return {"input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0)}
+
+
+def jev_strict_payload(payload: Mapping[str, Any], *, batch: bool, latency_ms: float) -> dict[str, Any]:
+    """A 200 body (single or batch) in Jev's field set, with `model`, `served_by` and whole `latency_ms`."""
+    if batch:
+        results = [{"model": r["model"], "answers": strict_answers(r["answers"]), "usage": strict_usage(r["usage"])}
+                   for r in payload["results"]]
+        shaped: dict[str, Any] = {"model": payload["model"], "results": results, "total_usage": payload["total_usage"]}
+    else:
+        shaped = {"model": payload["model"], "answers": strict_answers(payload["answers"]),
+                  "usage": strict_usage(payload["usage"])}
+    return {**shaped, "served_by": payload["served_by"], "latency_ms": round(latency_ms)}
