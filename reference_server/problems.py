@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_laya.problems import PROBLEM_STATUS as STATUS_OF
-from pytest_laya.problems import PROBLEM_TITLES as TITLES
+from pytest_laya.problems import PROBLEM_STATUS, PROBLEM_TITLES
 
 __all__ = ["Problem", "STATUS_OF", "TITLES"]
+
+# The target spec's codes for a path or method it does not have. The kit's shared table
+# (pytest_laya.problems) is the one source; until it carries these two, they are added here.
+_ROUTING_STATUS = {"not_found": 404, "method_not_allowed": 405}
+_ROUTING_TITLES = {"not_found": "Not found", "method_not_allowed": "Method not allowed"}
+STATUS_OF: dict[str, int] = {**_ROUTING_STATUS, **PROBLEM_STATUS}
+TITLES: dict[str, str] = {**_ROUTING_TITLES, **PROBLEM_TITLES}
 
 
 class Problem(Exception):

@@ -27,9 +27,9 @@ except ImportError:  # the `reference` extra installs it; json alone gives the s
 
 from .engine import DecisionRequest
 from .problems import Problem
-from .settings import Limits
+from .settings import DEFAULT_WINDOW_TOKENS, Limits
 
-__all__ = ["parse_json_object", "decision_requests", "requested_model"]
+__all__ = ["parse_json_object", "decision_requests", "requested_model", "requested_tokens"]
 
 
 def _no_constants(name: str) -> Any:
@@ -110,8 +110,28 @@ def requested_model(body: Mapping[str, Any], served: list[str]) -> str | None:
     return model
 
 
+def requested_tokens(states: int, questions: int, max_len: int | None) -> int:
+    """The tokens a request may make laya run: one sequence per (state, question), each at most
+    the token window long (`max_len`, else `DEFAULT_WINDOW_TOKENS`)."""
+    return states * questions * (DEFAULT_WINDOW_TOKENS if max_len is None else max_len)
+
+
+def _check_token_budget(states: int, questions: int, max_len: int | None, limits: Limits) -> None:
+    asked = requested_tokens(states, questions, max_len)
+    if asked <= limits.max_request_tokens:
+        return
+    window = DEFAULT_WINDOW_TOKENS if max_len is None else max_len
+    shape = f"{questions} questions" + (f" x {states} states" if states > 1 else "")
+    detail = (f"{shape} x a window of {window} tokens (max_len{'' if max_len is not None else ', the default'}) "
+              f"is {asked} tokens of inference; the limit is {limits.max_request_tokens} (max_request_tokens in "
+              f"/health limits): lower max_len, or send fewer questions{' or states' if states > 1 else ''}")
+    raise Problem("too_large", detail, errors=[{"pointer": "/max_len" if max_len is not None else "/questions",
+                                                "detail": detail}])
+
+
 def decision_requests(body: Mapping[str, Any], limits: Limits, *, batch: bool) -> list[DecisionRequest]:
-    """The requests one body asks for: one, or one per state of a batch, each with its controls."""
+    """The requests one body asks for: one, or one per state of a batch, each with its controls,
+    within the request token budget."""
     bounds = limits.to_json()
     try:
         states = request_states(body, bounds, batch=batch)
@@ -119,6 +139,7 @@ def decision_requests(body: Mapping[str, Any], limits: Limits, *, batch: bool) -
         controls = request_controls(body)
     except RequestRefusal as refusal:
         raise Problem(refusal.code, refusal.detail, errors=refusal.errors) from None
+    _check_token_budget(len(states), len(questions), controls.max_len, limits)
     return [DecisionRequest(state=state, questions=questions, max_len=controls.max_len,
                             head_max_len=controls.head_max_len, min_confidence=controls.min_confidence)
             for state in states]
