@@ -55,6 +55,10 @@ ACCEPT_BATCH = 64
 EVICT_ON_EXHAUSTION = 16
 _BACKOFF_FIRST_S = 0.01
 _BACKOFF_MAX_S = 1.0
+#: While accept() keeps failing, one more line at most this often.
+_LOG_EVERY_S = 60.0
+#: A run of failures is over once accept() has worked for this long without one.
+_QUIET_S = 5.0
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, keeps no TIME_WAIT
 
@@ -241,8 +245,10 @@ class _Acceptor:
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
         self._backoff_s = 0.0
-        self._failures = 0
+        self._failures = 0        # in the current run of failures
         self._failing_since = 0.0
+        self._last_failure = 0.0
+        self._last_logged = 0.0
         self._connecting: set[asyncio.Task] = set()
 
     def start(self) -> None:
@@ -273,7 +279,7 @@ class _Acceptor:
             except OSError as exc:
                 self._accept_failed(exc)
                 return
-            if self._failures:
+            if self._failures and time.monotonic() - self._last_failure >= _QUIET_S:
                 self._recovered()
             if not self.guard.admit():
                 self._refuse(conn)
@@ -299,12 +305,18 @@ class _Acceptor:
         conn.close()
 
     def _accept_failed(self, exc: OSError) -> None:
-        self._failures += 1
-        if self._failures == 1:
-            self._failing_since = time.monotonic()
+        now = time.monotonic()
+        if not self._failures:
+            self._failing_since = self._last_logged = now
             log.warning("accept() failed: %s; %d connections open; closing the ones longest idle and retrying "
                         "with backoff (further failures are counted, not logged)",
                         exc.strerror or exc, self.guard.open)
+        elif now - self._last_logged >= _LOG_EVERY_S:
+            self._last_logged = now
+            log.warning("accept() still failing: %d failures in %.0f s (last: %s); %d connections open",
+                        self._failures, now - self._failing_since, exc.strerror or exc, self.guard.open)
+        self._failures += 1
+        self._last_failure = now
         freed = self.guard.evict_waiting(EVICT_ON_EXHAUSTION) if exc.errno in _RESOURCE_ERRNOS else 0
         if freed:
             self._backoff_s = 0.0
@@ -314,8 +326,8 @@ class _Acceptor:
             self._pause(self._backoff_s)
 
     def _recovered(self) -> None:
-        log.warning("accepting connections again after %d failed accept() calls over %.1f s",
-                    self._failures, time.monotonic() - self._failing_since)
+        log.warning("accepting connections again: %d accept() calls failed over %.1f s",
+                    self._failures, self._last_failure - self._failing_since)
         self._failures = 0
         self._backoff_s = 0.0
 
