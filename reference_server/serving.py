@@ -53,6 +53,9 @@ log = logging.getLogger("reference_server.serving")
 ACCEPT_BATCH = 64
 #: Connections longest idle closed when accept() runs out of descriptors, to make room.
 EVICT_ON_EXHAUSTION = 16
+#: Timed-out connections closed per turn of the head timer; more wait for the next turn, soon
+#: after, so a flood's worth of them timing out together never stalls the loop for long.
+SWEEP_BATCH = 256
 _BACKOFF_FIRST_S = 0.01
 _BACKOFF_MAX_S = 1.0
 #: While accept() keeps failing, one more line at most this often.
@@ -148,8 +151,8 @@ class ConnectionGuard:
         interval = min(0.25, self.head_timeout_s / 4)
 
         def tick() -> None:
-            self.sweep()
-            self._sweeper = loop.call_later(interval, tick)
+            more = self.sweep() == SWEEP_BATCH
+            self._sweeper = loop.call_later(0.01 if more else interval, tick)
 
         self._sweeper = loop.call_later(interval, tick)
 
@@ -158,11 +161,11 @@ class ConnectionGuard:
             self._sweeper.cancel()
             self._sweeper = None
 
-    def sweep(self) -> int:
-        """Close every connection that has waited longer than `head_timeout_s` for its head."""
+    def sweep(self, limit: int = SWEEP_BATCH) -> int:
+        """Close up to `limit` connections that have waited longer than `head_timeout_s` for a head."""
         deadline = time.monotonic() - self.head_timeout_s
         closed = 0
-        while self._waiting:
+        while self._waiting and closed < limit:
             protocol, since = next(iter(self._waiting.items()))
             if since > deadline:
                 break
