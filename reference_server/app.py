@@ -266,6 +266,11 @@ class _Server:
                         while not done:
                             done = take(await receive())
                 except TimeoutError:
+                    # A client this slow would drip into the next request too: the connection
+                    # ends with the 408. (Other refusals leave it open: uvicorn discards the
+                    # rest of the body while the head timeout runs, and the client reads the
+                    # answer instead of a reset for unread data.)
+                    request.scope["state"]["close_connection"] = True
                     raise Problem("body_timeout",
                                   f"the body did not arrive within {self.settings.body_timeout_s:g} s") from None
         finally:
@@ -314,9 +319,7 @@ class _Server:
 def _problem_response(problem: Problem, request: Request) -> JSONResponse:
     context: _RequestContext = request.scope["state"]["context"]
     headers = problem.headers()
-    if request.scope["state"].get("body_pending"):
-        # Refused before the whole body was read: what follows on this connection is the rest
-        # of a body nobody will read (or a slow client's next drip), so the connection ends here.
+    if request.scope["state"].get("close_connection"):
         headers["Connection"] = "close"
     return JSONResponse(problem.body(context.request_id), status_code=problem.status,
                         media_type="application/problem+json", headers=headers)
@@ -370,11 +373,9 @@ def create_app(
     server = _Server(engine, settings or ServerSettings(), on_ready, on_load_failure)
 
     async def decide(request: Request, *, batch: bool) -> Response:
-        request.scope["state"]["body_pending"] = True
         server.require_auth(request)
         server.require_ready()
         raw = await server.read_body(request)
-        request.scope["state"]["body_pending"] = False
         async with server.admission.slot():
             batcher = server.require_ready()
             body, model, requests = await server.parse_decision_off_loop(raw, batch=batch)

@@ -309,8 +309,8 @@ def test_slow_drip_bodies_cost_body_read_slots_and_never_shed_a_decision(server)
     assert kinds.count((408, "body_timeout")) == MAX_BODY_READS, kinds
     assert kinds.count((503, "overloaded")) == drips - MAX_BODY_READS, kinds
     assert all(r.headers["retry-after"] == "1" for r in replies if r.status == 503)
-    # Refused before their body was read, every drip's connection was closed, not kept alive.
-    assert all(r.headers.get("connection") == "close" for r in replies)
+    # A drip timed out is too slow to keep: its connection ends with the 408.
+    assert all(r.headers.get("connection") == "close" for r in replies if r.status == 408)
     # The slots the drips held are free again: real work is admitted.
     assert admission(server) == 0 and body_reads(server) == 0
     assert decide(server, DECISION).status == 200
