@@ -438,16 +438,18 @@ def test_a_body_that_arrives_too_slowly_is_408_and_frees_its_slot():
         assert server.app.state.server.body_reads.in_flight == 0
 
 
-def test_livez_answers_in_milliseconds_while_inference_is_busy():
-    with serve(ScriptedEngine(delay_s=1.0)) as server:
+def test_livez_does_not_wait_for_inference():
+    # Inference holds the only pass for 3 s; /livez must not wait for it. The bound leaves room
+    # for a loaded box; the milliseconds it takes are measured by bench/load_reference_server.py.
+    with serve(ScriptedEngine(delay_s=3.0), passes=1) as server:
         busy = threading.Thread(target=post, args=(server.url, BODY))
         busy.start()
-        time.sleep(0.2)
+        time.sleep(0.3)
         started = time.monotonic()
         assert httpx.get(server.url + "/livez").status_code == 200
         elapsed = time.monotonic() - started
         busy.join()
-    assert elapsed < 0.1
+    assert elapsed < 1.0
 
 
 def test_concurrent_requests_share_forward_passes():
