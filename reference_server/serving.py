@@ -11,8 +11,9 @@ every second, while `/livez` and every decision time out.
 `worker_connections`, reusable-connection draining, accept-error backoff):
 
 - **A cap on open connections** (`ServerSettings.max_connections`). At the cap, a new
-  connection closes the one that has waited longest for a request head; when every connection
-  is busy with a request, the new connection is closed at once (a reset). A legitimate client,
+  connection closes the one that has waited longest for a request head and has no unread bytes
+  (a client whose request is in the kernel's buffer, not yet read, is not idle); when every
+  connection is busy, the new connection is closed at once (a reset). A legitimate client,
   which sends its request as soon as it connects, is therefore served during a flood of idle
   connections.
 - **A request-head timeout** (`head_timeout_s`): a connection must deliver a whole request head
@@ -31,6 +32,7 @@ same server in the foreground.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import errno
@@ -42,6 +44,12 @@ import threading
 import time
 from typing import Any
 
+try:
+    import fcntl
+    import termios
+except ImportError:  # Windows: no FIONREAD; every waiting connection counts as idle
+    fcntl = termios = None  # type: ignore[assignment]
+
 from .settings import ServerSettings
 
 __all__ = ["ConnectionGuard", "GuardedH11Protocol", "HardenedServer", "ServerThread", "listen_tcp",
@@ -49,10 +57,15 @@ __all__ = ["ConnectionGuard", "GuardedH11Protocol", "HardenedServer", "ServerThr
 
 log = logging.getLogger("reference_server.serving")
 
-#: Connections accepted per readiness event of the listening socket before other callbacks run.
+#: Connections accepted per readiness event of the listening socket before other callbacks run,
+#: at most (an eighth of the cap, if less: a connection becomes one that can be closed to make
+#: room only once its transport exists, a loop turn or two after it was accepted, so a batch
+#: near the cap's size would leave a burst nothing to close but the newcomers).
 ACCEPT_BATCH = 64
 #: Connections longest idle closed when accept() runs out of descriptors, to make room.
 EVICT_ON_EXHAUSTION = 16
+#: Connections looked at, oldest first, for one to close at the cap before the new one is refused.
+EVICT_SCAN = 16
 #: Timed-out connections closed per turn of the head timer; more wait for the next turn, soon
 #: after, so a flood's worth of them timing out together never stalls the loop for long.
 SWEEP_BATCH = 256
@@ -122,13 +135,25 @@ class ConnectionGuard:
         self.open -= 1
 
     def evict_waiting(self, count: int) -> int:
-        """Close up to `count` connections, longest waiting for a head first; how many were closed."""
+        """Close up to `count` idle connections, longest waiting for a head first; how many were closed.
+
+        A connection with bytes the server has not read yet is not idle: its client has sent
+        (part of) a request that the loop has not got to, typically a client that connected
+        in the same burst as a flood. It is skipped, and at most `EVICT_SCAN` are looked at.
+        """
         closed = 0
-        while closed < count and self._waiting:
-            protocol, _ = self._waiting.popitem(last=False)
+        skipped: list[tuple[Any, float]] = []
+        while closed < count and self._waiting and len(skipped) < EVICT_SCAN:
+            protocol, since = self._waiting.popitem(last=False)
+            if protocol.has_unread_bytes():
+                skipped.append((protocol, since))
+                continue
             if protocol.release(abort=True):
                 closed += 1
                 self.counts["evicted"] += 1
+        for protocol, since in reversed(skipped):  # back at the front, in their order
+            self._waiting[protocol] = since
+            self._waiting.move_to_end(protocol, last=False)
         return closed
 
     # protocol side
@@ -209,6 +234,20 @@ def _h11_protocol_class() -> type:
             super().connection_lost(exc)
             self.release(abort=False)
 
+        def has_unread_bytes(self) -> bool:
+            """Whether the kernel holds bytes from the client that the loop has not read yet."""
+            if fcntl is None or self.transport is None or self.transport.is_closing():
+                return False
+            sock = self.transport.get_extra_info("socket")
+            if sock is None:
+                return False
+            pending = array.array("i", [0])
+            try:
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending, True)
+            except OSError:
+                return False
+            return pending[0] > 0
+
         def _track(self) -> None:
             if self._released or self.transport.is_closing():
                 return
@@ -253,6 +292,7 @@ class _Acceptor:
         self._last_failure = 0.0
         self._last_logged = 0.0
         self._connecting: set[asyncio.Task] = set()
+        self._batch = max(1, min(ACCEPT_BATCH, guard.max_connections // 8))
 
     def start(self) -> None:
         self.sock.setblocking(False)
@@ -272,7 +312,7 @@ class _Acceptor:
             self._retry = self.loop.call_later(delay_s, self._resume)
 
     def _on_readable(self) -> None:
-        for _ in range(ACCEPT_BATCH):
+        for _ in range(self._batch):
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
