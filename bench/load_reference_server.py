@@ -28,6 +28,10 @@ Every phase is bounded by time and the script stops the server when it ends. Pha
 - ``expensive``: M normal clients while one client sends, back to back, requests that ask for
   far more inference than the token budget allows (64 questions at ``max_len`` 8192 on a 34 KB
   state, a batch of 64 states x 64 questions): each must be refused at once.
+- ``admitted``: on the otherwise idle server, one at a time, the costliest requests the token
+  budget admits (4 questions at ``max_len`` 8192 on the 34 KB state, 64 x 100 options...) and
+  the issue's 64 x 8192 one, then the first of them 4 times at once (the in-flight token budget
+  admits ``--passes`` of them); statuses, seconds and peak RSS are reported (under ``flood``).
   Each hostile request has the outcomes it may get (e.g. 408 body_timeout or 503 overloaded).
 - ``settle``: ``--settle`` s of nothing, then the RSS after. The hostile phase and a settle run
   ``--hostile-rounds`` times (default 2) before the slowloris one: equal RSS after each settle
@@ -48,7 +52,7 @@ figures vary; docs/reliability.md has the last run's.
     .venv/bin/python bench/load_reference_server.py [--max-concurrent 4] [--clients 4,8]
         [--duration 5] [--hostile-duration 8] [--hostile-rounds 2] [--flood 3000] [--flood-duration 14]
         [--server-nofile 2048] [--slowloris-duration 24] [--drips 48] [--drip-interval 0.5]
-        [--phases load,hostile,flood,slow,expensive] [--server-root DIR] [--settle 3] [--json]
+        [--phases load,hostile,flood,slow,expensive,admitted] [--server-root DIR] [--settle 3] [--json]
 
 ``--server-root DIR`` runs the server from another checkout (the one before a change), with only
 ``--max-concurrent`` on its command line; ``--server-nofile N`` starts it with RLIMIT_NOFILE N, so
@@ -140,6 +144,20 @@ EXPENSIVE_BODIES: list[tuple[str, str, bytes]] = [
         "questions": {f"q{i}": _NOUL for i in range(64)}}).encode()),
 ]
 EXPENSIVE_OUTCOMES = {(413, "too_large"), (503, "overloaded")}  # checked once admitted to inference
+_CHOICE_100 = {"type": "choice", "instructions": "Which topic?", "criteria": [f"topic {i}" for i in range(100)]}
+_LONG_STATE = "The customer writes at length about the order. " * 700  # 34 KB
+ADMITTED_BODIES: list[tuple[str, str, bytes]] = [
+    # What the token budget still admits, one at a time on an otherwise idle server (each at
+    # most 32,768 tokens), and the issue's request, which it refuses.
+    ("4q x max_len 8192, 34 KB state", "/v1/systemone", json.dumps({
+        "state": _LONG_STATE, "questions": {f"q{i}": _NOUL for i in range(4)}, "max_len": 8192}).encode()),
+    ("64q x 100 options, default window", "/v1/systemone", HEAVY),
+    ("64q, default window, 34 KB state", "/v1/systemone", json.dumps({
+        "state": _LONG_STATE, "questions": {f"q{i}": _NOUL for i in range(64)}}).encode()),
+    ("batch 64 x 700-char states x 1q", "/v1/systemone/batch", json.dumps({
+        "states": ["s" * 700] * 64, "questions": {"q": _NOUL}}).encode()),
+    EXPENSIVE_BODIES[0],
+]
 
 
 # -- a small HTTP/1.1 client ---------------------------------------------------------------------
@@ -308,13 +326,19 @@ class LivezProbe:
     """`probe_livez_forever` in a subprocess; `samples()` stops it and returns what it read."""
 
     def __init__(self, port: int, interval_s: float) -> None:
+        # A file, not a pipe: nobody reads until the end, and a full pipe (64 KiB, about 90 s of
+        # samples) would stop the probe where it prints.
+        self.out = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, __file__, "--livez-probe", str(port),
                                       "--livez-interval", str(interval_s)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.DEVNULL, stdout=self.out)
 
     def samples(self) -> list[tuple[float, float, bool]]:
         self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=15)
+        self.proc.wait(timeout=15)
+        self.out.seek(0)
+        out = self.out.read().decode("ascii", "replace")
+        self.out.close()
         rows = [line.split() for line in out.splitlines()]
         return [(float(row[0]), float(row[1]), row[2] == "1") for row in rows if len(row) == 3]  # the last may be cut
 
@@ -469,6 +493,7 @@ def flood_forever(port: int, count: int, hold_s: float) -> None:
         except OSError:
             refused += 1
     opened_s = time.monotonic() - started
+    opened_at = time.monotonic()
     time.sleep(max(0.0, hold_s - opened_s))
     closed = 0
     for sock in sockets:
@@ -481,7 +506,7 @@ def flood_forever(port: int, count: int, hold_s: float) -> None:
             closed += 1
         sock.close()
     print(json.dumps({"opened": len(sockets), "refused": refused, "open_s": round(opened_s, 2),
-                      "closed_by_server": closed}), flush=True)
+                      "closed_by_server": closed, "started": started, "opened_at": opened_at}), flush=True)
 
 
 async def flood_phase_worker(port: int, phase: Phase, pid: int, count: int, seconds: float) -> None:
@@ -493,12 +518,46 @@ async def flood_phase_worker(port: int, phase: Phase, pid: int, count: int, seco
         phase.flood = json.loads(out.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         phase.errors.append(f"the flood process said nothing useful: {out[-200:]!r}")
+        return
+    # Where the burst lay in the phase (CLOCK_MONOTONIC is shared by processes on Linux).
+    phase.flood["burst_s"] = [round(phase.flood.pop("started") - phase.started, 2),
+                              round(phase.flood.pop("opened_at") - phase.started, 2)]
 
 
 async def sample_held(pid: int, phase: Phase, until: float) -> None:
     while time.monotonic() < until:
         phase.held_max = max(phase.held_max, held_connections(pid))
         await asyncio.sleep(0.2)
+
+
+async def _send_one(port: int, phase: Phase, kind: str, path: str, body: bytes,
+                    expected: set[tuple[int, str]]) -> str:
+    writer = None
+    try:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        started = time.monotonic()
+        writer.write(post_head(body, close=True, path=path) + body)
+        reply = await asyncio.wait_for(read_reply(reader), 600)
+        phase.count(kind, reply, path=path, expected=expected)
+        return f"{reply.status} {reply.code} in {time.monotonic() - started:.2f} s"
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        phase.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+        return type(exc).__name__
+    finally:
+        await close(writer)
+
+
+async def admitted_one_by_one(port: int, phase: Phase, pid: int) -> None:
+    """Each of ADMITTED_BODIES once, one after another, then the widest of them 4 times at once
+    (the batcher would fuse them into one pass); statuses, seconds and peak RSS in phase.flood."""
+    phase.flood = {}
+    for kind, path, body in ADMITTED_BODIES:
+        phase.flood[kind] = await _send_one(port, phase, kind, path, body, {(200, "-"), (413, "too_large")})
+    phase.flood["peak_rss_mib_alone"] = round(memory_mib(pid)[1], 1)
+    kind, path, body = ADMITTED_BODIES[0]
+    phase.flood[f"{kind}, 4 at once"] = await asyncio.gather(*(
+        _send_one(port, phase, kind + ", 4 at once", path, body, {(200, "-"), (503, "overloaded")}) for _ in range(4)))
+    phase.flood["peak_rss_mib_4_at_once"] = round(memory_mib(pid)[1], 1)
 
 
 async def vanishing_client(port: int, phase: Phase, until: float) -> None:
@@ -636,6 +695,15 @@ async def run_phases(args: argparse.Namespace, server: "ReferenceProcess", phase
     if "expensive" in args.phases:
         phases.append(await run_phase(Phase(f"expensive c={m}+1"), port, pid, args.duration, clients=m,
                                       hostile=False, drips=0, expensive=True, log=server))
+    if "admitted" in args.phases:
+        phase = Phase("admitted, one at a time")
+        print(f"phase {phase.name}", file=sys.stderr, flush=True)
+        phase.started = time.monotonic()
+        await admitted_one_by_one(port, phase, pid)
+        phase.ended = time.monotonic()
+        phase.seconds = phase.ended - phase.started
+        phase.rss_mib, phase.hwm_mib = memory_mib(pid)
+        phases.append(phase)
     phases.append(await run_phase(Phase("settle"), port, pid, args.settle, **quiet))
 
 
@@ -714,8 +782,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-nofile", type=int, default=2048,
                         help="RLIMIT_NOFILE for the server process (default 2048, below the flood); 0 leaves it")
     parser.add_argument("--server-root", default=None, help="run the server from this checkout instead")
-    parser.add_argument("--phases", default="load,hostile,flood,slow,expensive",
-                        help="comma-separated phases to run (default all: load,hostile,flood,slow,expensive)")
+    parser.add_argument("--phases", default="load,hostile,flood,slow,expensive,admitted",
+                        help="comma-separated phases to run (default all: load,hostile,flood,slow,expensive,admitted)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before the last RSS reading")
     parser.add_argument("--livez-interval", type=float, default=0.05)
     parser.add_argument("--json", action="store_true")
@@ -729,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         flood_forever(args.flood_worker, args.flood, args.flood_duration)
         return 0
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
-    unknown = args.phases - {"load", "hostile", "flood", "slow", "expensive"}
+    unknown = args.phases - {"load", "hostile", "flood", "slow", "expensive", "admitted"}
     if unknown:
         parser.error(f"--phases: unknown {sorted(unknown)}")
     args.server_nofile = args.server_nofile or None

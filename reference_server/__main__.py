@@ -94,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-request-tokens", type=int, default=None,
                    help="tokens of inference one request may ask for: states x questions x token window "
                         "(default 32768, 64 questions at laya's default window of 512)")
+    p.add_argument("--max-inflight-tokens", type=int, default=None,
+                   help="tokens of inference in flight at once, all requests together, before 503 overloaded "
+                        "(default: --passes x --max-request-tokens)")
     p.add_argument("--max-batch", type=int, default=16, help="requests per batched forward pass")
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long an idle server's first request waits for company (default 0: under load, "
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch),
                         ("--passes", args.passes), ("--max-body-reads", args.max_body_reads),
-                        ("--max-connections", args.max_connections), ("--max-request-tokens", args.max_request_tokens)):
+                        ("--max-connections", args.max_connections), ("--max-request-tokens", args.max_request_tokens),
+                        ("--max-inflight-tokens", args.max_inflight_tokens)):
         if value is not None and value < 1:
             parser.error(f"{name} must be at least 1")
     for name, seconds in (("--body-timeout", args.body_timeout), ("--head-timeout", args.head_timeout),
@@ -150,11 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     if note:
         print(f"laya-reference-server: note: {note}", file=sys.stderr, flush=True)
     limits = Limits() if args.max_request_tokens is None else Limits(max_request_tokens=args.max_request_tokens)
-    settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                              batch_window_ms=args.batch_window_ms, passes=args.passes,
-                              max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
-                              max_connections=max_connections, head_timeout_s=args.head_timeout,
-                              keep_alive_timeout_s=args.keep_alive_timeout, limits=limits)
+    try:
+        settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
+                                  batch_window_ms=args.batch_window_ms, passes=args.passes,
+                                  max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
+                                  max_connections=max_connections, head_timeout_s=args.head_timeout,
+                                  keep_alive_timeout_s=args.keep_alive_timeout, limits=limits,
+                                  max_inflight_tokens=args.max_inflight_tokens)
+    except ValueError as exc:
+        parser.error(str(exc).replace("max_inflight_tokens", "--max-inflight-tokens"))
 
     from .app import create_app
     from .engine import LayaEngine

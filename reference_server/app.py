@@ -5,8 +5,10 @@ authentication (a 401 reveals nothing and costs nothing), readiness, media type,
 under a size cap, a deadline and a budget of its own (413 / 408 / 503 before any parsing; a
 body that arrived with its head needs no place in that budget), admission to inference (503 at
 once beyond `max_concurrent`, never a queue), then validation that names every invalid
-question and bounds the tokens the request asks for, then micro-batched inference off the
-event loop. So a slow upload holds a body-read slot, never an inference slot.
+question and bounds the tokens the request asks for, then the tokens of inference in flight
+across requests (503 beyond `max_inflight_tokens`: the batcher fuses requests into one forward
+pass), then micro-batched inference off the event loop. So a slow upload holds a body-read
+slot, never an inference slot.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .engine import DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
 from .problems import Problem
 from .settings import ServerSettings
-from .validation import decision_requests, parse_json_object, requested_model
+from .validation import decision_requests, parse_json_object, requested_model, requested_tokens
 
 __all__ = ["create_app"]
 
@@ -131,15 +133,16 @@ class _Admission:
         self.what = what
 
     @asynccontextmanager
-    async def slot(self):
-        if self.in_flight >= self.limit:
+    async def slot(self, weight: int = 1):
+        """Hold `weight` of the limit (1: one holder; a token count for the token budget)."""
+        if self.in_flight + weight > self.limit:
             raise Problem("overloaded", f"{self.in_flight} {self.what}; retry after {self.retry_after_s} s",
                           retry_after_s=self.retry_after_s)
-        self.in_flight += 1
+        self.in_flight += weight
         try:
             yield
         finally:
-            self.in_flight -= 1
+            self.in_flight -= weight
             if self.in_flight == 0 and self.on_idle is not None:
                 self.on_idle()
 
@@ -156,6 +159,8 @@ class _Server:
         self.admission = _Admission(settings.max_concurrent, settings.retry_after_s, on_idle=self.release_heap_when_idle)
         self.body_reads = _Admission(settings.max_body_reads, settings.retry_after_s,
                                      what="request bodies being received")
+        self.tokens = _Admission(settings.inflight_tokens, settings.retry_after_s,
+                                 what=f"tokens of inference in flight (at most {settings.inflight_tokens})")
         self._heap_release: asyncio.TimerHandle | None = None
         self.batcher: MicroBatcher | None = None
         self._large_parses: anyio.CapacityLimiter | None = None  # made on the serving loop
@@ -379,10 +384,12 @@ def create_app(
         async with server.admission.slot():
             batcher = server.require_ready()
             body, model, requests = await server.parse_decision_off_loop(raw, batch=batch)
-            try:
-                timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
-            except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
-                raise _engine_problem(exc, requests) from exc
+            tokens = requested_tokens(len(requests), len(requests[0].questions), requests[0].max_len)
+            async with server.tokens.slot(tokens):
+                try:
+                    timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
+                except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
+                    raise _engine_problem(exc, requests) from exc
         identity = server.identity(model)
         routing = {"model": model, "repo": identity.checkpoint,
                    "reason": "explicit model" if body.get("model") else "default model",

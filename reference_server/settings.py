@@ -90,6 +90,19 @@ class ServerSettings:
     head_timeout_s: float = 10.0
     # Seconds an idle keep-alive connection is kept after a response (uvicorn's own timer).
     keep_alive_timeout_s: float = 5.0
+    # Tokens of inference (limits.max_request_tokens' measure) in flight at once, all requests
+    # together; beyond it, 503 overloaded. The batcher fuses requests with one question set into
+    # one forward pass, so without it 16 requests within the per-request budget (4 questions at
+    # max_len 8192 each) made one pass of 64 x 8192 tokens: 21.6 GB of RSS on the tiny
+    # checkpoint. None: passes x limits.max_request_tokens (65,536 by default).
+    max_inflight_tokens: int | None = None
+
+    @property
+    def inflight_tokens(self) -> int:
+        """`max_inflight_tokens`, or its default."""
+        if self.max_inflight_tokens is not None:
+            return self.max_inflight_tokens
+        return self.passes * self.limits.max_request_tokens
 
     def __post_init__(self) -> None:
         if self.api_key is not None:
@@ -103,3 +116,8 @@ class ServerSettings:
                 raise ValueError(f"{name} must be more than 0 seconds, not {getattr(self, name)!r}")
         if self.batch_window_ms < 0:
             raise ValueError(f"batch_window_ms must be at least 0, not {self.batch_window_ms!r}")
+        if self.max_inflight_tokens is not None and (
+                isinstance(self.max_inflight_tokens, bool) or not isinstance(self.max_inflight_tokens, int)
+                or self.max_inflight_tokens < self.limits.max_request_tokens):
+            raise ValueError(f"max_inflight_tokens must be a whole number of at least max_request_tokens "
+                             f"({self.limits.max_request_tokens}), not {self.max_inflight_tokens!r}")

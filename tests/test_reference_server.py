@@ -399,6 +399,31 @@ def test_beyond_max_concurrent_is_503_overloaded_at_once():
         assert conforms(post(server.url, BODY)).status_code == 200
 
 
+def test_tokens_of_inference_in_flight_are_bounded_across_requests():
+    # The batcher fuses requests with one question set into one pass: 16 requests of 4
+    # questions at max_len 8192, each within the per-request budget, made one pass of 64 x 8192
+    # tokens (21.6 GB of RSS on the tiny checkpoint). In flight, all requests together are bounded.
+    noul = QUESTIONS["refund"]
+    wide = {"state": "x", "questions": {f"q{i}": noul for i in range(4)}, "max_len": 8192}  # 32,768 tokens
+    with serve(ScriptedEngine(delay_s=1.5), max_inflight_tokens=40_000) as server:
+        assert server.app.state.server.tokens.limit == 40_000
+        first = threading.Thread(target=post, args=(server.url, wide))
+        first.start()
+        try:
+            time.sleep(0.3)  # the first holds 32,768 of the 40,000 tokens
+            r = conforms(post(server.url, wide))
+            assert (r.status_code, r.json()["code"]) == (503, "overloaded") and r.headers["retry-after"] == "1"
+            assert r.json()["detail"] == "32768 tokens of inference in flight (at most 40000); retry after 1 s"
+            assert conforms(post(server.url, BODY)).status_code == 200  # 3 x 512 tokens still fit
+        finally:
+            first.join()
+        assert conforms(post(server.url, wide)).status_code == 200
+    # By default, as many as --passes requests at the per-request budget.
+    assert ServerSettings().inflight_tokens == 2 * Limits().max_request_tokens
+    with pytest.raises(ValueError, match="max_inflight_tokens"):
+        ServerSettings(max_inflight_tokens=Limits().max_request_tokens - 1)
+
+
 def test_a_slow_upload_holds_a_body_read_slot_not_an_inference_slot():
     # 16 slow uploads used to hold every inference slot; now each holds one of max_body_reads.
     with serve(max_concurrent=1, max_body_reads=1) as server:
