@@ -93,8 +93,9 @@ class ServerSettings:
     # Tokens of inference (limits.max_request_tokens' measure) in flight at once, all requests
     # together; beyond it, 503 overloaded. The batcher fuses requests with one question set into
     # one forward pass, so without it 16 requests within the per-request budget (4 questions at
-    # max_len 8192 each) made one pass of 64 x 8192 tokens: 21.6 GB of RSS on the tiny
-    # checkpoint. None: passes x limits.max_request_tokens (65,536 by default).
+    # max_len 8192 each) would make one pass of 64 x 8192 tokens, which as a single request took
+    # 21.6 GiB of RSS on the tiny checkpoint (two at once took 3.1 GiB). None: passes x
+    # limits.max_request_tokens (65,536 by default).
     max_inflight_tokens: int | None = None
 
     @property

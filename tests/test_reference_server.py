@@ -401,8 +401,9 @@ def test_beyond_max_concurrent_is_503_overloaded_at_once():
 
 def test_tokens_of_inference_in_flight_are_bounded_across_requests():
     # The batcher fuses requests with one question set into one pass: 16 requests of 4
-    # questions at max_len 8192, each within the per-request budget, made one pass of 64 x 8192
-    # tokens (21.6 GB of RSS on the tiny checkpoint). In flight, all requests together are bounded.
+    # questions at max_len 8192, each within the per-request budget, would make one pass of
+    # 64 x 8192 tokens (as one request, 21.6 GiB of RSS on the tiny checkpoint). In flight, all
+    # requests together are bounded.
     noul = QUESTIONS["refund"]
     wide = {"state": "x", "questions": {f"q{i}": noul for i in range(4)}, "max_len": 8192}  # 32,768 tokens
     with serve(ScriptedEngine(delay_s=1.5), max_inflight_tokens=40_000) as server:
