@@ -11,9 +11,46 @@ import argparse
 import os
 import sys
 
-from .settings import ServerSettings
+from .settings import Limits, ServerSettings, check_api_key
 
-__all__ = ["main", "parse_checkpoints"]
+__all__ = ["main", "parse_checkpoints", "fit_fd_limit"]
+
+#: Descriptors kept for everything but client connections: the listener, the event loop, log
+#: files, checkpoint files, torch's and the threads' own (an idle server holds about 10).
+FD_RESERVE = 128
+DEFAULT_MAX_CONNECTIONS = 1024
+
+
+def fit_fd_limit(max_connections: int | None) -> tuple[int, str | None]:
+    """The connection cap to serve with, raising the soft RLIMIT_NOFILE if it must.
+
+    An explicit cap that cannot fit below the hard limit is an error (ValueError); the default
+    one is lowered to fit, with a note to print. Where there is no `resource` module (Windows),
+    the cap is taken as given.
+    """
+    wanted = DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections
+    try:
+        import resource
+    except ImportError:
+        return wanted, None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = hard if hard != resource.RLIM_INFINITY else wanted + FD_RESERVE
+    needed = wanted + FD_RESERVE
+    if needed > ceiling:
+        if max_connections is not None:
+            raise ValueError(f"--max-connections {max_connections} needs {needed} file descriptors and this process "
+                             f"may open {ceiling} (ulimit -n); lower it or raise the limit")
+        fitted = ceiling - FD_RESERVE
+        if fitted < 16:
+            raise ValueError(f"this process may open only {ceiling} file descriptors (ulimit -n); the server "
+                             f"needs at least {16 + FD_RESERVE}")
+        wanted, needed = fitted, ceiling
+        note = f"--max-connections is {fitted}, lowered from {DEFAULT_MAX_CONNECTIONS} to fit ulimit -n {ceiling}"
+    else:
+        note = None
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return wanted, note
 
 
 def parse_checkpoints(values: list[str]) -> dict[str, str]:
@@ -45,7 +82,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="a checkpoint to serve; repeat for several (default: the embedded tiny checkpoint)")
     p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda:0 (default: laya's choice)")
     p.add_argument("--api-key", default=None, help="require this bearer token (default: LAYA_API_KEY)")
-    p.add_argument("--max-concurrent", type=int, default=16, help="decisions in flight before 503 overloaded")
+    p.add_argument("--max-concurrent", type=int, default=16,
+                   help="decisions in inference at once (their body read) before 503 overloaded (default 16)")
+    p.add_argument("--max-body-reads", type=int, default=32,
+                   help="request bodies being received at once (those that did not come with their head) "
+                        "before 503 overloaded (default 32)")
+    p.add_argument("--body-timeout", type=float, default=10.0,
+                   help="seconds a request may take to send its body before 408 (default 10)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help=f"connections open at once; at the cap the one longest waiting for a request head is "
+                        f"closed (default {DEFAULT_MAX_CONNECTIONS}, lowered to fit ulimit -n)")
+    p.add_argument("--head-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to send a whole request head (default 10)")
+    p.add_argument("--keep-alive-timeout", type=float, default=5.0,
+                   help="seconds an idle keep-alive connection is kept after a response (default 5)")
+    p.add_argument("--max-request-tokens", type=int, default=None,
+                   help="tokens of inference one request may ask for: states x questions x token window "
+                        "(default 32768, 64 questions at laya's default window of 512)")
+    p.add_argument("--max-inflight-tokens", type=int, default=None,
+                   help="tokens of inference in flight at once, all requests together, before 503 overloaded "
+                        "(default: --passes x --max-request-tokens)")
     p.add_argument("--max-batch", type=int, default=16, help="requests per batched forward pass")
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long an idle server's first request waits for company (default 0: under load, "
@@ -71,26 +127,54 @@ def main(argv: list[str] | None = None) -> int:
         print(embedded_checkpoint_dir())
         return 0
     for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch),
-                        ("--passes", args.passes)):
-        if value < 1:
+                        ("--passes", args.passes), ("--max-body-reads", args.max_body_reads),
+                        ("--max-connections", args.max_connections), ("--max-request-tokens", args.max_request_tokens),
+                        ("--max-inflight-tokens", args.max_inflight_tokens)):
+        if value is not None and value < 1:
             parser.error(f"{name} must be at least 1")
+    for name, seconds in (("--body-timeout", args.body_timeout), ("--head-timeout", args.head_timeout),
+                          ("--keep-alive-timeout", args.keep_alive_timeout)):
+        if not seconds > 0:
+            parser.error(f"{name} must be more than 0 seconds")
     if args.batch_window_ms < 0 or not 0 <= args.port <= 65535:
         parser.error("--batch-window-ms must be >= 0 and --port in 0..65535")
     try:
         checkpoints = parse_checkpoints(args.checkpoint) if args.checkpoint else {"tiny": str(embedded_checkpoint_dir())}
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
-    api_key = args.api_key or os.environ.get("LAYA_API_KEY") or None
-    jev_strict = args.jev_strict or _env_switch("LAYA_JEV_STRICT")
-    settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                              batch_window_ms=args.batch_window_ms, passes=args.passes, jev_strict=jev_strict)
-
-    import uvicorn
+    # An empty key (flag or environment) would serve without authentication, silently; a key
+    # with surrounding whitespace could never be sent. Both are refused, and the message never
+    # shows the key.
+    if args.api_key is not None:
+        api_key, origin = args.api_key, "--api-key"
+    else:
+        api_key, origin = os.environ.get("LAYA_API_KEY"), "LAYA_API_KEY"
+    if api_key is not None:
+        try:
+            check_api_key(api_key)
+        except ValueError as exc:
+            parser.error(f"{origin}: {exc}")
+    try:
+        max_connections, note = fit_fd_limit(args.max_connections)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    if note:
+        print(f"laya-reference-server: note: {note}", file=sys.stderr, flush=True)
+    limits = Limits() if args.max_request_tokens is None else Limits(max_request_tokens=args.max_request_tokens)
+    try:
+        settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
+                                  batch_window_ms=args.batch_window_ms, passes=args.passes,
+                                  max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
+                                  max_connections=max_connections, head_timeout_s=args.head_timeout,
+                                  keep_alive_timeout_s=args.keep_alive_timeout, limits=limits,
+                                  max_inflight_tokens=args.max_inflight_tokens,
+                                  jev_strict=args.jev_strict or _env_switch("LAYA_JEV_STRICT"))
+    except ValueError as exc:
+        parser.error(str(exc).replace("max_inflight_tokens", "--max-inflight-tokens"))
 
     from .app import create_app
     from .engine import LayaEngine
-
-    from .serving import listen_tcp
+    from .serving import HardenedServer, listen_tcp, uvicorn_config
 
     try:
         sock = listen_tcp(args.host, args.port)
@@ -118,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         server.should_exit = True
 
     app = create_app(engine, settings, on_ready=announce, on_load_failure=give_up)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    server = HardenedServer(uvicorn_config(app, settings), settings)
     server.run(sockets=[sock])
     return 1 if failures else 0
 

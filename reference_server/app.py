@@ -1,10 +1,14 @@
 """The reference server's HTTP surface: every operation of the target spec, over a real engine.
 
 `create_app(engine)` builds a Starlette app. The order of checks on a decision is deliberate:
-authentication (a 401 reveals nothing and costs nothing), admission (503 at once beyond
-`max_concurrent`, never a queue), media type, the body read under a size cap and a deadline
-(413 / 408 before any parsing), then validation that names every invalid question, then
-micro-batched inference off the event loop.
+authentication (a 401 reveals nothing and costs nothing), readiness, media type, the body read
+under a size cap, a deadline and a budget of its own (413 / 408 / 503 before any parsing; a
+body that arrived with its head needs no place in that budget), admission to inference (503 at
+once beyond `max_concurrent`, never a queue), then validation that names every invalid
+question and bounds the tokens the request asks for, then the tokens of inference in flight
+across requests (503 beyond `max_inflight_tokens`: the batcher fuses requests into one forward
+pass), then micro-batched inference off the event loop. So a slow upload holds a body-read
+slot, never an inference slot.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any
 
 import anyio
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pytest_laya.wire.headers import SPEC_HEADER, child_traceparent, is_valid_request_id, new_request_id
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import Problem
-from pytest_laya.wire.requests import check_media_type, parse_json_object
+from pytest_laya.wire.requests import check_media_type, parse_json_object, requested_tokens
 
 from .batching import MicroBatcher, Timed
 from .engine import DecisionRequest, Engine, ModelIdentity
@@ -52,11 +57,17 @@ class _RequestContext:
     """Request id and trace context for one request, on every response including errors."""
 
     def __init__(self, scope: Scope) -> None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        supplied = headers.get("x-request-id", "")
+        supplied = ""
+        traceparents: list[str] = []
+        for key, value in scope.get("headers", []):
+            name = key.decode("latin-1").lower()
+            if name == "x-request-id":
+                supplied = value.decode("latin-1")
+            elif name == "traceparent":
+                traceparents.append(value.decode("latin-1"))
         self.request_id = supplied if is_valid_request_id(supplied) else new_request_id()
         # Continue the caller's trace with a span of our own; an invalid header starts none.
-        self.traceparent = child_traceparent(headers.get("traceparent"))
+        self.traceparent = child_traceparent(traceparents)
 
 
 class _ContextMiddleware:
@@ -86,24 +97,30 @@ class _ContextMiddleware:
 
 
 class _Admission:
-    """At most `limit` decisions past authentication at once; the rest are refused, not queued."""
+    """At most `limit` holders at once; the rest are refused with 503 overloaded, not queued.
 
-    def __init__(self, limit: int, retry_after_s: int, on_idle: Callable[[], None] | None = None) -> None:
+    One for inference (decisions whose body has arrived) and one for body reads.
+    """
+
+    def __init__(self, limit: int, retry_after_s: int, on_idle: Callable[[], None] | None = None,
+                 what: str = "requests in flight") -> None:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.in_flight = 0
-        self.on_idle = on_idle  # called each time the last decision in flight ends
+        self.on_idle = on_idle  # called each time the last holder leaves
+        self.what = what
 
     @asynccontextmanager
-    async def slot(self):
-        if self.in_flight >= self.limit:
-            raise Problem("overloaded", f"{self.in_flight} requests in flight; retry after {self.retry_after_s} s",
+    async def slot(self, weight: int = 1):
+        """Hold `weight` of the limit (1: one holder; a token count for the token budget)."""
+        if self.in_flight + weight > self.limit:
+            raise Problem("overloaded", f"{self.in_flight} {self.what}; retry after {self.retry_after_s} s",
                           retry_after_s=self.retry_after_s)
-        self.in_flight += 1
+        self.in_flight += weight
         try:
             yield
         finally:
-            self.in_flight -= 1
+            self.in_flight -= weight
             if self.in_flight == 0 and self.on_idle is not None:
                 self.on_idle()
 
@@ -118,11 +135,16 @@ class _Server:
         self.on_ready = on_ready
         self.on_load_failure = on_load_failure
         self.admission = _Admission(settings.max_concurrent, settings.retry_after_s, on_idle=self.release_heap_when_idle)
+        self.body_reads = _Admission(settings.max_body_reads, settings.retry_after_s,
+                                     what="request bodies being received")
+        self.tokens = _Admission(settings.inflight_tokens, settings.retry_after_s,
+                                 what=f"tokens of inference in flight (at most {settings.inflight_tokens})")
         self._heap_release: asyncio.TimerHandle | None = None
         self.batcher: MicroBatcher | None = None
         self._large_parses: anyio.CapacityLimiter | None = None  # made on the serving loop
         self.load_error: BaseException | None = None
-        self._expected_auth = f"Bearer {settings.api_key}".encode("utf-8", "surrogateescape") if settings.api_key else None
+        # ServerSettings refuses an empty key or one with whitespace, so None is the one open server.
+        self._expected_token = settings.api_key.encode("ascii") if settings.api_key is not None else None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -163,10 +185,14 @@ class _Server:
     # -- checks -------------------------------------------------------------------------
 
     def authorized(self, request: Request) -> bool:
-        if self._expected_auth is None:
+        """`Authorization: Bearer <key>`; the scheme in any case (RFC 9110 section 11.1), one
+        header only, the token compared in constant time."""
+        if self._expected_token is None:
             return True
-        supplied = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
-        return hmac.compare_digest(supplied, self._expected_auth)
+        values = [v for k, v in request.scope.get("headers", []) if k.lower() == b"authorization"]
+        scheme, _, token = (values[0] if len(values) == 1 else b"").partition(b" ")
+        matches = hmac.compare_digest(token.lstrip(b" "), self._expected_token)
+        return matches and scheme.lower() == b"bearer"
 
     def require_auth(self, request: Request) -> None:
         if not self.authorized(request):
@@ -179,26 +205,58 @@ class _Server:
         return self.batcher
 
     async def read_body(self, request: Request) -> bytes:
+        """The whole body, under the size limit and `body_timeout_s`, or the Problem that refuses it.
+
+        A body the server already holds when it first asks (it arrived with the request head,
+        as a client's single write of head and body does) is taken at once. Any other body
+        holds one of `max_body_reads` slots while it arrives: slow uploads cost those, never an
+        inference slot, and past the budget they are refused at once.
+        """
         check_media_type(request.headers.get("content-type"))
         limit = self.settings.limits.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise Problem("too_large", f"the body is {declared} bytes, the limit is {limit}")
+        receive = request.receive
         chunks: list[bytes] = []
         size = 0
+
+        def take(message: Message) -> bool:
+            """Add one ASGI message to the body; True when it was the last."""
+            nonlocal size
+            if message["type"] == "http.disconnect":
+                # The client went away mid-body (or uvicorn dropped a malformed chunked body):
+                # its mistake, not a server failure, so no 500 and no traceback in the log.
+                raise Problem("malformed_request", "the connection closed before the whole body arrived")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Problem("too_large", f"the body is over {limit} bytes")
+            chunks.append(chunk)
+            return not message.get("more_body", False)
+
+        first = asyncio.ensure_future(receive())
         try:
-            with anyio.fail_after(self.settings.body_timeout_s):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
-                        raise Problem("too_large", f"the body is over {limit} bytes")
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise Problem("body_timeout", f"the body did not arrive within {self.settings.body_timeout_s:g} s") from None
-        except ClientDisconnect:
-            # The client went away mid-body (or uvicorn dropped a malformed chunked body): its
-            # mistake, not a server failure, so no 500 and no traceback in the log.
-            raise Problem("malformed_request", "the connection closed before the whole body arrived") from None
+            await asyncio.sleep(0)  # one loop turn: receive() finishes now if the server holds the body
+            if first.done() and take(first.result()):
+                return b"".join(chunks)
+            async with self.body_reads.slot():
+                try:
+                    async with asyncio.timeout(self.settings.body_timeout_s):
+                        done = take(await first) if not first.done() else False
+                        while not done:
+                            done = take(await receive())
+                except TimeoutError:
+                    # A client this slow would drip into the next request too: the connection
+                    # ends with the 408. (Other refusals leave it open: uvicorn discards the
+                    # rest of the body while the head timeout runs, and the client reads the
+                    # answer instead of a reset for unread data.)
+                    request.scope["state"]["close_connection"] = True
+                    raise Problem("body_timeout",
+                                  f"the body did not arrive within {self.settings.body_timeout_s:g} s") from None
+        finally:
+            if not first.done():
+                first.cancel()
         return b"".join(chunks)
 
     # -- documents ----------------------------------------------------------------------
@@ -242,8 +300,11 @@ class _Server:
 
 def _problem_response(problem: Problem, request: Request) -> JSONResponse:
     context: _RequestContext = request.scope["state"]["context"]
+    headers = problem.headers()
+    if request.scope["state"].get("close_connection"):
+        headers["Connection"] = "close"
     return JSONResponse(problem.document(context.request_id), status_code=problem.status,
-                        media_type="application/problem+json", headers=problem.headers())
+                        media_type="application/problem+json", headers=headers)
 
 
 def _endpoint(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -295,13 +356,17 @@ def create_app(
     async def decide(request: Request, *, batch: bool) -> Response:
         started = time.perf_counter()
         server.require_auth(request)
+        server.require_ready()
+        raw = await server.read_body(request)
         async with server.admission.slot():
             batcher = server.require_ready()
-            body, model, requests = await server.parse_decision_off_loop(await server.read_body(request), batch=batch)
-            try:
-                timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
-            except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
-                raise _engine_problem(exc, requests) from exc
+            body, model, requests = await server.parse_decision_off_loop(raw, batch=batch)
+            tokens = requested_tokens(len(requests), len(requests[0].questions), requests[0].max_len)
+            async with server.tokens.slot(tokens):
+                try:
+                    timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
+                except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
+                    raise _engine_problem(exc, requests) from exc
         identity = server.identity(model)
         routing = {"model": model, "repo": identity.checkpoint,
                    "reason": "explicit model" if body.get("model") else "default model",
@@ -359,6 +424,31 @@ def create_app(
             await asyncio.to_thread(loader.join, 30)
             engine.close()
 
+    paths = ("/v1/systemone", "/v1/systemone/batch", "/health", "/livez", "/readyz")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        path = request.url.path
+        if path != "/" and path.rstrip("/") in paths:
+            detail = f"paths take no trailing slash: use {path.rstrip('/')}"
+        else:
+            detail = "no such path; this server serves " + ", ".join(paths)
+        return _problem_response(Problem("not_found", detail), request)
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
+        problem = Problem("method_not_allowed", f"{request.url.path} takes {allow}")
+        response = _problem_response(problem, request)
+        response.headers["Allow"] = allow
+        return response
+
+    async def http_exception(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        if status == 405:
+            return await method_not_allowed(request, exc)
+        if status == 404:
+            return await not_found(request, exc)
+        raise exc
+
     routes = [
         Route("/v1/systemone", _endpoint(systemone), methods=["POST"]),
         Route("/v1/systemone/batch", _endpoint(systemone_batch), methods=["POST"]),
@@ -366,7 +456,10 @@ def create_app(
         Route("/livez", _endpoint(livez), methods=["GET"]),
         Route("/readyz", _endpoint(readyz), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # No redirect for a trailing slash: Starlette's 307 echoed the client's Host header in its
+    # Location. Every path answers itself, or a problem+json 404 / 405 like every other error.
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_exception})
+    app.router.redirect_slashes = False
     app.add_middleware(_ContextMiddleware)
     app.state.server = server
     return app

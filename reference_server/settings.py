@@ -1,17 +1,27 @@
-"""What a reference server is configured with: checkpoints, admission, batching, limits."""
+"""What a reference server is configured with: checkpoints, admission, batching, limits, connections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Limits", "ServerSettings"]
+# The token window counted for a request that sets no `max_len` (laya's default, and the window
+# of its published checkpoints and of the embedded tiny one): one rule, in the wire layer.
+from pytest_laya.wire.requests import DEFAULT_WINDOW_TOKENS
+
+__all__ = ["DEFAULT_WINDOW_TOKENS", "Limits", "ServerSettings", "check_api_key"]
 
 
 @dataclass(frozen=True)
 class Limits:
     """What one request may carry; /health advertises these and anything over is a 413.
 
-    The defaults are laya-serve 0.4.15's, so clients moving between the two see the same bounds.
+    The first five are laya-serve 0.4.15's, so clients moving between the two see the same
+    bounds. `max_request_tokens` bounds the work one request can ask for: laya runs one sequence
+    per (state, question) pair, each up to the token window (`max_len`, else
+    `DEFAULT_WINDOW_TOKENS`), so a request asks for states x questions x window tokens. The
+    default, 64 x 512, admits every request the other limits admit at the default window, and
+    bounds what a wider window or a batch can ask for (64 questions at `max_len` 8192 cost about
+    a minute of CPU on the tiny checkpoint; 4 questions are admitted at that window).
     """
 
     max_questions: int = 64
@@ -19,6 +29,12 @@ class Limits:
     max_body_bytes: int = 2 * 1024 * 1024
     max_options: int = 100
     max_batch_states: int = 64
+    max_request_tokens: int = 64 * DEFAULT_WINDOW_TOKENS
+
+    def __post_init__(self) -> None:
+        for name, value in self.to_json().items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"limit {name} must be a whole number of at least 1, not {value!r}")
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -27,21 +43,84 @@ class Limits:
             "max_body_bytes": self.max_body_bytes,
             "max_options": self.max_options,
             "max_batch_states": self.max_batch_states,
+            "max_request_tokens": self.max_request_tokens,
         }
+
+
+def check_api_key(key: str) -> None:
+    """Refuse a key a client could not send as `Authorization: Bearer <key>`, or that means nothing.
+
+    An empty key would run the server open without saying so; surrounding whitespace is lost
+    by every HTTP parser (RFC 9110 strips it from field values), so such a key could never
+    match. The message never contains the key.
+    """
+    if not isinstance(key, str):
+        raise ValueError("the API key must be a string")
+    if not key:
+        raise ValueError("the API key is empty; give a key, or none to serve without authentication")
+    if key != key.strip():
+        raise ValueError("the API key has leading or trailing whitespace, which no client can send")
+    if not all("\x21" <= ch <= "\x7e" for ch in key):
+        raise ValueError("the API key must be visible ASCII characters, without spaces or control characters")
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     api_key: str | None = field(default=None, repr=False)
-    # Requests past authentication at once; beyond it, 503 overloaded at once, never a queue.
+    # Requests whose body has been read, at once, through inference; beyond it, 503 overloaded
+    # at once, never a queue.
     max_concurrent: int = 16
     max_batch: int = 16
     batch_window_ms: float = 0.0
     # Batches run at once, each on its own thread (reference_server.batching says why two).
     passes: int = 2
-    # Seconds a request may take to deliver its body before a 408 frees its admission slot.
+    # Seconds a request may take to deliver its body before a 408 (and a closed connection).
     body_timeout_s: float = 10.0
+    # Bodies being received at once that did not arrive with their request head; beyond it,
+    # 503 overloaded at once. Separate from max_concurrent: a slow upload holds one of these,
+    # never an inference slot.
+    max_body_reads: int = 32
     retry_after_s: int = 1
     limits: Limits = field(default_factory=Limits)
     # Answer with Jev's field set only, plus latency_ms (reference_server.jev_strict).
     jev_strict: bool = False
+    # Connections (reference_server.serving): open at once; beyond it the one that has waited
+    # longest for a request head is closed to make room, or, when none waits, the new one.
+    max_connections: int = 1024
+    # Seconds a connection may take to send a complete request head, from when it opened or
+    # its previous response ended; then it is closed.
+    head_timeout_s: float = 10.0
+    # Seconds an idle keep-alive connection is kept after a response (uvicorn's own timer).
+    keep_alive_timeout_s: float = 5.0
+    # Tokens of inference (limits.max_request_tokens' measure) in flight at once, all requests
+    # together; beyond it, 503 overloaded. The batcher fuses requests with one question set into
+    # one forward pass, so without it 16 requests within the per-request budget (4 questions at
+    # max_len 8192 each) would make one pass of 64 x 8192 tokens, which as a single request took
+    # 21.6 GiB of RSS on the tiny checkpoint (two at once took 3.1 GiB). None: passes x
+    # limits.max_request_tokens (65,536 by default).
+    max_inflight_tokens: int | None = None
+
+    @property
+    def inflight_tokens(self) -> int:
+        """`max_inflight_tokens`, or its default."""
+        if self.max_inflight_tokens is not None:
+            return self.max_inflight_tokens
+        return self.passes * self.limits.max_request_tokens
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None:
+            check_api_key(self.api_key)
+        for name in ("max_concurrent", "max_batch", "passes", "max_body_reads", "max_connections", "retry_after_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+        for name in ("body_timeout_s", "head_timeout_s", "keep_alive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be more than 0 seconds, not {getattr(self, name)!r}")
+        if self.batch_window_ms < 0:
+            raise ValueError(f"batch_window_ms must be at least 0, not {self.batch_window_ms!r}")
+        if self.max_inflight_tokens is not None and (
+                isinstance(self.max_inflight_tokens, bool) or not isinstance(self.max_inflight_tokens, int)
+                or self.max_inflight_tokens < self.limits.max_request_tokens):
+            raise ValueError(f"max_inflight_tokens must be a whole number of at least max_request_tokens "
+                             f"({self.limits.max_request_tokens}), not {self.max_inflight_tokens!r}")

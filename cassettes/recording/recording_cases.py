@@ -258,7 +258,7 @@ def run(case: Case, kind: str, server: Any, client: Any) -> list[int]:
         if case.server == "busy":
             from recording_servers import admission_held
 
-            with admission_held(server.url, body({"refund": REFUND})):
+            with admission_held(server, body({"refund": REFUND})):
                 send_all(case.sends)
         else:
             send_all(case.sends)

@@ -3,11 +3,13 @@
 Two kinds, both on the embedded tiny checkpoint: the reference server in-process (uvicorn in a
 thread, so a test can hold it in its warming state), and laya's own laya-serve 0.4.15 as a
 subprocess (`pytest_laya.servers.laya_serve.LayaServeProcess`). Each comes in the configurations the
-cases need: open (no API key), keyed (an API key), busy (one admission slot, so one stalled
-upload saturates it) and, for the reference server only, warming (checkpoint loading held back).
+cases need: open (no API key), keyed (an API key), busy (one admission slot) and, for the
+reference server only, warming (checkpoint loading held back).
 
-Also here: `admission_held`, which saturates a busy server the way a slow client would, with raw
-sockets that no cassette sees.
+Also here: `admission_held`, which saturates a busy server with raw sockets that no cassette
+sees: laya-serve with a stalled upload (it takes its slot before reading the body), the
+reference server with a decision held in inference (it reads the body before admission, so a
+slow upload holds only a body-read slot).
 """
 
 from __future__ import annotations
@@ -80,6 +82,39 @@ class WarmUpGate:
         self._engine.close()
 
 
+class InferenceHold:
+    """An `Engine` around another whose `predict()` waits while the hold is engaged.
+
+    A busy reference server is saturated by a decision that sits in inference: the server
+    admits a decision to inference only once its body has arrived, so no client can hold the
+    slot by uploading slowly.
+    """
+
+    def __init__(self, engine: Any, *, hold_s: float = READY_TIMEOUT_S) -> None:
+        self._engine = engine
+        self._free = threading.Event()
+        self._free.set()
+        self._hold_s = hold_s
+        self.holding = 0  # predict() calls waiting on the hold now
+
+    def engage(self) -> None:
+        self._free.clear()
+
+    def release(self) -> None:
+        self._free.set()
+
+    def __getattr__(self, name: str) -> Any:  # models, default_model, ready, configured, load, close
+        return getattr(self._engine, name)
+
+    def predict(self, model: str, requests: Sequence[Any]) -> list[Any]:
+        self.holding += 1
+        try:
+            self._free.wait(self._hold_s)  # never forever: a forgotten release must not hang shutdown
+        finally:
+            self.holding -= 1
+        return self._engine.predict(model, requests)
+
+
 @dataclass
 class RunningServer:
     """A started server: where it is, its API key (None if open) and, if gated, its warm-up gate."""
@@ -88,6 +123,7 @@ class RunningServer:
     api_key: str | None
     gate: WarmUpGate | None = None
     ready: Any = None  # a callable: whether the server has finished warming
+    hold: InferenceHold | None = None  # a busy reference server's
 
     def release_warm_up(self) -> None:
         """Let a warming server load its checkpoint, and wait (without HTTP) until it is ready."""
@@ -112,12 +148,13 @@ def reference_server(*, keyed: bool = False, busy: bool = False, warming: bool =
     from reference_server.settings import ServerSettings
 
     engine: Any = LayaEngine({"tiny": str(tiny_checkpoint())})
-    gate = WarmUpGate(engine) if warming else None
+    hold = InferenceHold(engine) if busy else None
+    gate = WarmUpGate(hold or engine) if warming else None
     settings = ServerSettings(api_key=SERVER_KEY if keyed else None, max_concurrent=1 if busy else 16,
                               body_timeout_s=BUSY_BODY_TIMEOUT_S if busy else 10.0)
-    with ServerThread(create_app(gate or engine, settings)) as thread:
+    with ServerThread(create_app(gate or hold or engine, settings)) as thread:
         running = RunningServer(url=thread.url, api_key=settings.api_key, gate=gate,
-                                ready=lambda: (gate or engine).ready)
+                                ready=lambda: (gate or engine).ready, hold=hold)
         try:
             if not warming:
                 deadline = time.monotonic() + READY_TIMEOUT_S
@@ -129,6 +166,8 @@ def reference_server(*, keyed: bool = False, busy: bool = False, warming: bool =
         finally:
             if gate is not None:
                 gate.release()  # let the loader finish, so shutdown does not wait on it
+            if hold is not None:
+                hold.release()
 
 
 # ------------------------------------------------------------------------------ laya-serve
@@ -162,27 +201,36 @@ def _raw_status(host: str, port: int, path: str, body: bytes, headers: Mapping[s
 
 
 @contextlib.contextmanager
-def admission_held(url: str, body: Mapping[str, Any], *, headers: Mapping[str, str] = {},
+def admission_held(server: RunningServer, body: Mapping[str, Any], *, headers: Mapping[str, str] = {},
                    path: str = "/v1/systemone") -> Iterator[None]:
-    """Hold the only admission slot of a busy server with a stalled upload.
+    """Hold the only admission slot of a busy server.
 
-    Both servers take a slot before reading the body, so a request whose head promises N bytes
-    and that sends half of them holds it until the socket closes (or the body timeout, which the
-    busy servers set to `BUSY_BODY_TIMEOUT_S`). Returns once a raw probe is refused with 503, so
-    the next request is known to be refused; on exit, waits until the slot is free again.
+    laya-serve takes a slot before reading the body, so a request whose head promises N bytes
+    and that sends half of them holds it until the socket closes (or the body timeout, which
+    its busy server sets to `BUSY_BODY_TIMEOUT_S`). The reference server admits a decision once
+    its body has arrived: there a whole decision is sent and held in inference
+    (`InferenceHold`). Returns once a raw probe is refused with 503, so the next request is
+    known to be refused; on exit, waits until the slot is free again.
     """
-    split = urlsplit(url)
+    split = urlsplit(server.url)
     host, port = split.hostname or "127.0.0.1", int(split.port or 80)
     payload = json.dumps(body).encode("utf-8")
     head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
             + f"Content-Length: {len(payload)}\r\n\r\n").encode("latin-1")
+    if server.hold is not None:
+        server.hold.engage()
     slow = socket.create_connection((host, port), timeout=30)
     try:
-        slow.sendall(head + payload[: len(payload) // 2])
+        slow.sendall(head + (payload if server.hold is not None else payload[: len(payload) // 2]))
+        if server.hold is not None:
+            hold = server.hold
+            _wait_for(lambda: hold.holding > 0, "the held decision to reach inference")
         _wait_for(lambda: _raw_status(host, port, path, payload, headers) == 503, "503 from the saturated server")
         yield
     finally:
+        if server.hold is not None:
+            server.hold.release()
         slow.close()
         _wait_for(lambda: _raw_status(host, port, path, payload, headers) != 503, "the admission slot to be freed")
 

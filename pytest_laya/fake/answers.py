@@ -384,8 +384,7 @@ class FakeLaya:
         ``Authorization: Bearer <api_key>``. `url` is the full URL, for the record; `fault`
         names the fault-script step this answer serves, if any.
         """
-        authorized = api_key is None or hmac.compare_digest(
-            (request.header("authorization") or "").encode("latin-1", "replace"), f"Bearer {api_key}".encode())
+        authorized = api_key is None or _bearer_matches(request.header("authorization"), api_key)
         rid = request.header(REQUEST_ID_HEADER)
         (status, headers, body), error, used = self._answering(
             lambda: self._flavour.exchange(self, request, authorized=authorized), rid)
@@ -471,3 +470,11 @@ class FakeLaya:
         extra = {"Retry-After": str(retry_after)} if retry_after is not None else {}
         first = next(iter(questions), None) if isinstance(questions, Mapping) else None
         return self._flavour.refusal(self, status, detail=detail, extra=extra, request_id=request_id, first=first)
+
+
+def _bearer_matches(header: str | None, api_key: str) -> bool:
+    """``Authorization: Bearer <api_key>``, the scheme in any case (RFC 9110 11.1), in constant time."""
+    scheme, _, credentials = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(credentials.strip().encode("latin-1", "replace"), api_key.encode("latin-1", "replace"))

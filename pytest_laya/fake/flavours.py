@@ -25,6 +25,7 @@ from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
 from pytest_laya.wire.requests import (
+    DEFAULT_WINDOW_TOKENS,
     check_media_type,
     check_nesting,
     has_lone_surrogate,
@@ -56,6 +57,7 @@ LIMITS: Mapping[str, int] = {
     "max_body_bytes": 2 * 1024 * 1024,
     "max_options": 100,
     "max_batch_states": 64,
+    "max_request_tokens": 64 * DEFAULT_WINDOW_TOKENS,
 }
 #: laya-serve's top-level `model`, whatever answered.
 LAYA_SERVE_MODEL_FIELD = "laya-rl-agent"
@@ -200,13 +202,11 @@ class _TargetFlavour:
         path = request.path.split("?", 1)[0]
         routes = {DECIDE_PATH: "POST", BATCH_PATH: "POST", HEALTH_PATH: "GET", LIVEZ_PATH: "GET", READYZ_PATH: "GET"}
         if path not in routes:
-            return 404, {"Content-Type": PROBLEM_MEDIA_TYPE, REQUEST_ID_HEADER: rid}, {
-                "type": "about:blank", "title": "Not Found", "status": 404, "detail": f"no route {path}",
-                "request_id": rid}
+            hint = f"; drop the trailing slash: {path.rstrip('/')}" if path.rstrip("/") in routes else ""
+            return self.problem(Problem("not_found", f"no route {path}{hint}"), rid)
         if request.method != routes[path]:
-            return 405, {"Content-Type": PROBLEM_MEDIA_TYPE, REQUEST_ID_HEADER: rid, "Allow": routes[path]}, {
-                "type": "about:blank", "title": "Method Not Allowed", "status": 405,
-                "detail": f"{path} takes {routes[path]}", "request_id": rid}
+            return self.problem(Problem("method_not_allowed", f"{path} takes {routes[path]}"), rid,
+                                {"Allow": routes[path]})
         if path == LIVEZ_PATH:
             return 200, {"Content-Type": JSON_MEDIA_TYPE, REQUEST_ID_HEADER: rid}, {"status": "ok"}
         if path in (HEALTH_PATH, READYZ_PATH):

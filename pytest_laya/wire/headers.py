@@ -31,7 +31,7 @@ TRACEPARENT_HEADER = "traceparent"
 #: The response header by which a server says which of the kit's specs it implements.
 SPEC_HEADER = "Laya-Spec"
 SPEC_NAMES: tuple[str, ...] = ("current", "target")
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 # 1-128 visible ASCII characters: what the target spec allows and every proxy passes through.
@@ -103,18 +103,19 @@ class TraceContext(NamedTuple):
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
-    """The trace context in `value`, or None when W3C says to ignore it.
+    """The trace context in `value`, or None when W3C says to ignore it (Trace Context 3.2, 4.3).
 
-    Refused: anything but four lower-case hex fields of 2-32-16-2 digits, version ``ff``, and
-    an all-zero trace id or parent id. A receiver then starts a new trace (W3C Trace Context 3.2).
+    Refused: anything but four lower-case hex fields of 2-32-16-2 digits, version ``ff``, an
+    all-zero trace id or parent id, and version 00 with anything after its flags. A later
+    version is read by its first four fields. A receiver that refuses one starts a new trace.
     """
     match = _TRACEPARENT.fullmatch((value or "").strip())
     if match is None:
         return None
-    context = TraceContext(*match.groups())
-    if context.version == "ff" or context.trace_id == _ZERO_TRACE or context.span_id == _ZERO_SPAN:
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN or (version == "00" and rest):
         return None
-    return context
+    return TraceContext(version, trace_id, span_id, flags)
 
 
 def new_traceparent() -> str:
@@ -122,12 +123,21 @@ def new_traceparent() -> str:
     return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
 
 
-def child_traceparent(value: str | None) -> str | None:
-    """The caller's trace continued with a span of our own, or None if `value` is no valid one."""
-    context = parse_traceparent(value)
+def child_traceparent(values: str | list[str] | None) -> str | None:
+    """The caller's trace continued with a span of our own, or None where W3C says not to.
+
+    `values` is the request's traceparent header (or each of its lines: more than one is
+    invalid). A later version is answered as version 00, keeping only the sampled flag.
+    """
+    if isinstance(values, list):
+        if len(values) != 1:
+            return None
+        values = values[0]
+    context = parse_traceparent(values)
     if context is None:
         return None
-    return str(context._replace(version="00", span_id=os.urandom(8).hex()))
+    flags = context.flags if context.version == "00" else f"{int(context.flags, 16) & 0x01:02x}"
+    return f"00-{context.trace_id}-{os.urandom(8).hex()}-{flags}"
 
 
 def claimed_spec(headers: Mapping[str, str] | None) -> str | None:

@@ -21,6 +21,8 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_STATUS: dict[str, int] = {
     "malformed_request": 400,
     "unauthorized": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
     "body_timeout": 408,
     "too_large": 413,
     "too_many_questions": 413,
@@ -39,6 +41,8 @@ PROBLEM_STATUS: dict[str, int] = {
 PROBLEM_TITLES: dict[str, str] = {
     "malformed_request": "Malformed request",
     "unauthorized": "Unauthorized",
+    "not_found": "Not found",
+    "method_not_allowed": "Method not allowed",
     "body_timeout": "Request body timeout",
     "too_large": "Request body too large",
     "too_many_questions": "Too many questions",

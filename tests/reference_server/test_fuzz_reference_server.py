@@ -186,6 +186,12 @@ def expected_codes(path: str, raw: bytes, content_type: str | None) -> set[str]:
             codes.add("invalid_question")
         elif question.get("type") == "choice" and len(question["criteria"]) > LIMITS.max_options:
             codes.add("too_large")
+    # The spec's Limits.max_request_tokens: states x questions x window (max_len, else 512).
+    states = body.get("states") if path.endswith("/batch") else [body.get("state")]
+    window = body.get("max_len") if type(body.get("max_len")) is int and body["max_len"] >= 1 else 512
+    if (isinstance(states, list) and len(states) <= LIMITS.max_batch_states and len(questions) <= LIMITS.max_questions
+            and len(states) * len(questions) * window > LIMITS.max_request_tokens):
+        codes.add("too_large")
     return codes
 
 
@@ -272,6 +278,9 @@ NOUL = {"type": "noul", "instructions": "Refund?"}
     ("/v1/systemone", {"state": "x", "questions": {"q": NOUL}, "min_confidence": True}, {"invalid_request"}),
     ("/v1/systemone/batch", {"states": ["a"], "questions": {"q": NOUL}, "lang": "de"}, {"invalid_request"}),
     ("/v1/systemone", {"state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": [7, True, 1.5]}}}, set()),
+    ("/v1/systemone", {"state": "x", "questions": {f"q{i}": NOUL for i in range(4)}, "max_len": 8192}, set()),
+    ("/v1/systemone", {"state": "x", "questions": {f"q{i}": NOUL for i in range(5)}, "max_len": 8192}, {"too_large"}),
+    ("/v1/systemone/batch", {"states": ["a"] * 64, "questions": {f"q{i}": NOUL for i in range(2)}}, {"too_large"}),
 ])
 def test_the_oracle_explains_each_defect_and_nothing_else(path, body, codes):
     assert expected_codes(path, json.dumps(body).encode(), "application/json") == codes

@@ -1,9 +1,11 @@
 """The reference server (real Laya, tiny checkpoint) under hostile clients, over a real socket.
 
-What a public endpoint gets sent: bodies dripped byte by byte from many connections, bodies just
-under and just over each advertised limit, deep nesting, lone surrogates and invalid UTF-8, huge
-option lists, a million-character `instructions`, wrong and absent Content-Length, pipelined
-requests, clients that vanish mid-body and mid-inference. Throughout each test a probe reads
+What a public endpoint gets sent: bodies dripped byte by byte from many connections, request
+heads that never finish, bodies just under and just over each advertised limit (the request
+token budget included), deep nesting, lone surrogates and invalid UTF-8, huge option lists, a
+million-character `instructions`, wrong and absent Content-Length, pipelined requests, clients
+that vanish mid-body and mid-inference. (Floods of connections, and running out of file
+descriptors, are in tests/reference_server/test_reference_hardening_connections.py.) Throughout each test a probe reads
 `/livez` on a fresh connection every 100 ms; the test fails if one probe fails or is slower than
 `LIVEZ_BOUND_S`, a bound generous enough for a loaded 2-core box (the measured figures, in
 milliseconds, are in docs/reliability.md, from bench/load_reference_server.py).
@@ -18,8 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -37,7 +42,9 @@ from tests.helpers.servers import reference_server  # noqa: E402
 
 LIVEZ_BOUND_S = 2.0
 MAX_CONCURRENT = 8
+MAX_BODY_READS = 8
 BODY_TIMEOUT_S = 1.5
+HEAD_TIMEOUT_S = 1.0
 LIMITS = Limits()
 NOUL = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
 DECISION = {"state": "I was charged twice for my order.", "questions": {"refund": NOUL}}
@@ -47,7 +54,8 @@ DECISION = {"state": "I was charged twice for my order.", "questions": {"refund"
 
 @pytest.fixture(scope="module")
 def server():
-    settings = ServerSettings(max_concurrent=MAX_CONCURRENT, body_timeout_s=BODY_TIMEOUT_S)
+    settings = ServerSettings(max_concurrent=MAX_CONCURRENT, max_body_reads=MAX_BODY_READS,
+                              body_timeout_s=BODY_TIMEOUT_S, head_timeout_s=HEAD_TIMEOUT_S)
     with reference_server(settings, device="cpu") as running:
         yield running
 
@@ -55,6 +63,11 @@ def server():
 def admission(server) -> int:
     """Decisions the server counts as in flight (each holds an admission slot)."""
     return server.app.state.server.admission.in_flight
+
+
+def body_reads(server) -> int:
+    """Bodies the server is receiving that hold a body-read slot."""
+    return server.app.state.server.body_reads.in_flight
 
 
 class LivezProbe(threading.Thread):
@@ -248,7 +261,7 @@ def _drip(server, results: list, index: int, stop: threading.Event) -> None:
     body = json.dumps(DECISION).encode()
     try:
         with connect(server) as sock:
-            sock.sendall(request_bytes(body)[: -len(body)])
+            sock.sendall(request_bytes(body, close=False)[: -len(body)])  # keep-alive: any close is the server's
             for byte in body:
                 sock.sendall(bytes([byte]))
                 sock.settimeout(0.2)
@@ -265,50 +278,79 @@ def _drip(server, results: list, index: int, stop: threading.Event) -> None:
         results[index] = exc
 
 
-def test_slow_drip_bodies_from_many_connections_are_shed_then_timed_out(server):
+def test_slow_drip_bodies_cost_body_read_slots_and_never_shed_a_decision(server):
+    # 16 drips re-opened after each 408 used to hold every admission slot and shed all 48 real
+    # decisions sent meanwhile. Now a drip holds one of MAX_BODY_READS body-read slots (the
+    # rest are refused at once and closed), and inference slots stay for bodies that arrived.
     drips = 20
     results: list = [None] * drips
     stop = threading.Event()
     threads = [threading.Thread(target=_drip, args=(server, results, i, stop), daemon=True) for i in range(drips)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # every drip has sent its headers: the admitted ones now hold every slot
-    started = time.monotonic()
-    shed = decide(server, DECISION)
-    assert time.monotonic() - started < LIVEZ_BOUND_S
-    assert_refused(shed, 503, "overloaded")
-    assert shed.headers["retry-after"] == "1"
+    time.sleep(0.5)  # every drip has sent its headers: the first MAX_BODY_READS now hold every body-read slot
+    assert body_reads(server) == MAX_BODY_READS
+    served = [decide(server, DECISION) for _ in range(5)]
+    assert [r.status for r in served] == [200] * 5, [r.body[:200] for r in served]
     for t in threads:
         t.join(BODY_TIMEOUT_S + 30)
     stop.set()
     replies = [r for r in results if isinstance(r, Reply)]
     assert len(replies) == drips, results
     kinds = sorted((r.status, r.problem_code()) for r in map(conforms, replies))
-    timed_out = kinds.count((408, "body_timeout"))
-    overloaded = kinds.count((503, "overloaded"))
-    assert timed_out + overloaded == drips, kinds
-    assert 1 <= timed_out <= MAX_CONCURRENT * 2 and overloaded >= 1, kinds
+    assert kinds.count((408, "body_timeout")) == MAX_BODY_READS, kinds
+    assert kinds.count((503, "overloaded")) == drips - MAX_BODY_READS, kinds
     assert all(r.headers["retry-after"] == "1" for r in replies if r.status == 503)
+    # A drip timed out is too slow to keep: its connection ends with the 408.
+    assert all(r.headers.get("connection") == "close" for r in replies if r.status == 408)
     # The slots the drips held are free again: real work is admitted.
-    assert admission(server) == 0
+    assert admission(server) == 0 and body_reads(server) == 0
     assert decide(server, DECISION).status == 200
 
 
-def test_connections_that_never_finish_their_headers_hold_no_slot(server):
-    # uvicorn has no timeout for an unfinished request head (a proxy's client_header_timeout is
-    # the defence); what matters here is that such connections cost no admission slot.
+def test_connections_that_never_finish_their_headers_are_closed_and_hold_no_slot(server):
+    # uvicorn has no timeout for an unfinished request head; the server's head timeout closes
+    # such connections, and while they wait they cost no admission slot.
     sockets = []
     try:
-        for _ in range(20):
+        for i in range(20):
             sock = connect(server)
-            sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+            sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty" if i % 2 else b"")
             sockets.append(sock)
         time.sleep(0.3)
-        assert admission(server) == 0
+        assert admission(server) == 0 and body_reads(server) == 0
         assert decide(server, DECISION).status == 200
+        deadline = time.monotonic() + HEAD_TIMEOUT_S + 10
+        for sock in sockets:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            assert RawReader(sock).closed(), "a connection that never finished its head was kept open"
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_a_kept_alive_connection_that_starts_a_head_and_stalls_is_closed(server):
+    # After a response, the next head has the same deadline as the first one.
+    body = json.dumps(DECISION).encode()
+    with connect(server) as sock:
+        sock.sendall(request_bytes(body, close=False))
+        reader = RawReader(sock)
+        assert conforms(reader.response()).status == 200
+        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sock.settimeout(HEAD_TIMEOUT_S + 10)
+        assert reader.closed()
+
+
+def test_a_request_head_that_grows_past_16_kib_is_a_protocol_400(server):
+    # h11's bound on an incomplete head: a connection cannot make the server buffer a head
+    # without end while it waits for the blank line.
+    head = b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"p" * 20_000
+    with connect(server) as sock:
+        sock.sendall(head)
+        reader = RawReader(sock)
+        reply = reader.response()
+        assert reply.status == 400 and reply.headers.get("connection", "").lower() == "close"
+        assert reader.closed()
 
 
 # -- each limit, just under and just over ----------------------------------------------------
@@ -340,6 +382,13 @@ LIMIT_CASES = [
     ("batch-states", {"states": ["s"] * LIMITS.max_batch_states, "questions": {"q": NOUL}},
      {"states": ["s"] * (LIMITS.max_batch_states + 1), "questions": {"q": NOUL}}, (413, "too_large"),
      "/v1/systemone/batch"),
+    # states x questions x window: 4 questions at max_len 8192 fill the budget, a fifth is over.
+    ("request-tokens", {"state": "x", "questions": {f"q{i}": NOUL for i in range(LIMITS.max_request_tokens // 8192)},
+                        "max_len": 8192},
+     {"state": "x", "questions": {f"q{i}": NOUL for i in range(LIMITS.max_request_tokens // 8192 + 1)}, "max_len": 8192},
+     (413, "too_large"), "/v1/systemone"),
+    ("batch-request-tokens", {"states": ["s"] * 8, "questions": {f"q{i}": NOUL for i in range(8)}},
+     {"states": ["s"] * 8, "questions": {f"q{i}": NOUL for i in range(9)}}, (413, "too_large"), "/v1/systemone/batch"),
 ]
 
 
@@ -428,6 +477,17 @@ def test_huge_option_lists(server):
     assert [e["question"] for e in json.loads(levels.body)["errors"]] == ["s"]
 
 
+def test_a_request_asking_for_a_minute_of_inference_is_refused_at_once(server):
+    # A 34 KB body, 64 questions, max_len 8192: about 64 s of inference on the tiny checkpoint.
+    body = {"state": "The customer writes at length. " * 1000, "questions": {f"q{i}": NOUL for i in range(64)},
+            "max_len": 8192}
+    started = time.monotonic()
+    reply = decide(server, body)
+    assert time.monotonic() - started < LIVEZ_BOUND_S
+    assert_refused(reply, 413, "too_large")
+    assert "max_request_tokens" in json.loads(reply.body)["detail"]
+
+
 def test_a_million_character_instructions_is_answered(server):
     body = {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it urgent? " * 71_429}}}
     assert len(body["questions"]["q"]["instructions"]) > 1_000_000
@@ -447,12 +507,13 @@ def test_a_content_length_shorter_than_the_body_reads_only_what_it_declares(serv
 def test_a_content_length_longer_than_the_body_times_out_and_frees_its_slot(server):
     body = json.dumps(DECISION).encode()
     with connect(server) as sock:
-        sock.sendall(request_bytes(body, content_length=len(body) + 100))
+        sock.sendall(request_bytes(body, content_length=len(body) + 100, close=False))
         started = time.monotonic()
         reply = conforms(RawReader(sock).response())
     assert_refused(reply, 408, "body_timeout")
+    assert reply.headers.get("connection") == "close"
     assert time.monotonic() - started < BODY_TIMEOUT_S + LIVEZ_BOUND_S
-    assert admission(server) == 0
+    assert admission(server) == 0 and body_reads(server) == 0
 
 
 def test_an_absent_content_length_is_an_empty_body(server):
@@ -552,17 +613,66 @@ def test_a_client_that_disconnects_mid_body_is_not_a_server_failure(server):
 
 # -- memory ----------------------------------------------------------------------------------
 
-def _rss_bytes() -> int:
-    with open("/proc/self/status") as status:
+class ServerProcess:
+    """`python -m reference_server` on the tiny checkpoint, on a free loopback port; `.url`, `.pid`."""
+
+    def __init__(self, *args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "MALLOC_"))}
+        self.proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.url = ""
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            line = self.proc.stdout.readline()
+            if line.startswith("laya-reference-server ready at "):
+                self.url = line.rsplit(" ", 1)[1].strip()
+                return
+        self.stop()
+        raise RuntimeError(f"the reference server did not start: {line}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        return self.proc.stdout.read()
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
         line = next(line for line in status if line.startswith("VmRSS:"))
     return int(line.split()[1]) * 1024
 
 
-def test_memory_returns_near_its_level_after_rounds_of_large_requests(server):
-    # The server runs in this process, so this is its RSS plus pytest's (constant). The issue's
-    # 10% target is measured by bench/load_reference_server.py on a server process of its own;
-    # here the bounds are generous: rounds do not accumulate memory, and what was freed is
-    # returned once the server is idle.
+def _settled_rss(pid: int, deadline_s: float = 10.0) -> int:
+    """RSS once the server has handed freed heap back (a second after its last decision)."""
+    time.sleep(1.5)
+    lowest = _rss_bytes(pid)
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = _rss_bytes(pid)
+        if now >= lowest:
+            break
+        lowest = now
+    return lowest
+
+
+def test_memory_returns_near_its_level_after_rounds_of_large_requests():
+    # The server runs as its own process, as deployed (one malloc arena, the model frozen out of
+    # the collector), so its RSS is its own: in a pytest worker, RSS also counted the worker's
+    # other tests and whichever of up to 8 glibc arenas per core a thread happened to get,
+    # and under `pytest -n 2` a round could read 60 MiB above the last ([834, 846, 906] MiB).
+    # The 10% target is measured by bench/load_reference_server.py; the bounds here are
+    # generous: rounds do not accumulate memory, and what was freed is returned once idle.
     rounds = [
         [_padded_to(DECISION, LIMITS.max_body_bytes),
          {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it urgent? " * 71_429}}},
@@ -571,20 +681,20 @@ def test_memory_returns_near_its_level_after_rounds_of_large_requests(server):
         for _ in range(3)
     ]
     paths = ["/v1/systemone"] * 3 + ["/v1/systemone/batch"]
-    decide(server, DECISION)
-    idle = _rss_bytes()
-    after = []
-    for bodies in rounds:
-        for body, path in zip(bodies, paths):
-            assert decide(server, body, path=path).status == 200
-        after.append(_rss_bytes())
+    process = ServerProcess("--max-concurrent", str(MAX_CONCURRENT))
+    try:
+        decide(process, DECISION)
+        idle = _settled_rss(process.pid)
+        after = []
+        for bodies in rounds:
+            for body, path in zip(bodies, paths):
+                assert decide(process, body, path=path).status == 200
+            after.append(_settled_rss(process.pid))
+    finally:
+        log = process.stop()
     mib = 1024 * 1024
+    print(f"RSS idle {idle / mib:.1f} MiB, settled after each round {[round(a / mib, 1) for a in after]} MiB")
+    assert "Traceback" not in log, log[-2000:]
     # The first round warms caches (torch kernels for new shapes); later rounds must not add more.
-    assert after[-1] <= after[1] + 48 * mib, f"RSS grew round after round: {[a // mib for a in after]} MiB"
-    # A second after the last decision the server hands freed heap back (reference_server.heap).
-    deadline = time.monotonic() + 10
-    while _rss_bytes() > idle * 1.3 and time.monotonic() < deadline:
-        time.sleep(0.25)
-    settled = _rss_bytes()
-    print(f"RSS idle {idle // mib} MiB, after each round {[a // mib for a in after]} MiB, settled {settled // mib} MiB")
-    assert settled <= idle * 1.3, f"RSS {settled // mib} MiB after, {idle // mib} MiB idle"
+    assert after[-1] <= after[0] + 32 * mib, f"RSS grew round after round: {[a // mib for a in after]} MiB"
+    assert max(after) <= idle * 1.2, f"RSS {[a // mib for a in after]} MiB after the rounds, {idle // mib} MiB idle"
