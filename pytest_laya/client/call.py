@@ -139,7 +139,7 @@ def server_said(status: int, headers: httpx.Headers, body: bytes) -> ServerError
 
 
 def media_type(headers: httpx.Headers) -> str:
-    return headers.get("content-type", "").split(";")[0].strip().lower()
+    return str(headers.get("content-type", "")).split(";")[0].strip().lower()
 
 
 def is_json_media(media: str) -> bool:
@@ -220,16 +220,20 @@ class DecisionCall:
         status = attempt.status or 0
         said = server_said(status, attempt.headers, attempt.body)
         tried = f" after {attempts} attempts" if attempts > 1 else ""
-        kwargs = dict(status=status, server_code=said.code, server_detail=said.detail)
+        said_code, said_detail = said.code, said.detail
         if status == 401:
             hint = ("the API key was refused: check --laya-api-key / LAYA_SERVED_API_KEY"
                     if self.settings.api_key else "the server needs an API key: pass api_key=... or set LAYA_SERVED_API_KEY")
-            return self.error(LayaConfigError(hint, code="unauthorized", **kwargs))
+            return self.error(LayaConfigError(hint, code="unauthorized", status=status, server_code=said_code,
+                                              server_detail=said_detail))
         if status in (502, 503, 504):
-            return self.error(LayaCallError(f"the server is unavailable{tried}", code="unavailable", **kwargs))
-        if status >= 500:
-            return self.error(LayaCallError("the server failed to answer", code="server_error", **kwargs))
-        return self.error(LayaCallError("the server rejected the request", code="rejected", **kwargs))
+            message, code = f"the server is unavailable{tried}", "unavailable"
+        elif status >= 500:
+            message, code = "the server failed to answer", "server_error"
+        else:
+            message, code = "the server rejected the request", "rejected"
+        return self.error(LayaCallError(message, code=code, status=status, server_code=said_code,
+                                        server_detail=said_detail))
 
     def read_answer(self, attempt: Attempt) -> tuple[dict[str, Any], Decision]:
         """Turn a 200 into a Decision (identity still to be filled), or raise."""
@@ -336,7 +340,8 @@ def health_from(attempt: Attempt) -> Health | None:
 
 
 def routed_names(body: Mapping[str, Any], model: str | None) -> tuple[str | None, str | None]:
-    routing = body.get("routing") if isinstance(body.get("routing"), Mapping) else {}
+    found = body.get("routing")
+    routing: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     routed = routing.get("model") if isinstance(routing.get("model"), str) else model
     repo = routing.get("repo") if isinstance(routing.get("repo"), str) else None
     return routed, repo

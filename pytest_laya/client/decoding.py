@@ -11,6 +11,8 @@ coding, or more than `MAX_LAYERS` of them, is refused.
 
 from __future__ import annotations
 
+import functools
+
 import zlib
 from collections.abc import Callable
 
@@ -132,7 +134,10 @@ class BodyDecoder:
 
     def finish(self) -> None:
         for index, layer in enumerate(self._layers):
-            layer.finish(lambda out, i=index: self._into(i + 1, out))
+            layer.finish(functools.partial(self._into_next, index))
+
+    def _into_next(self, index: int, out: bytes) -> None:
+        self._into(index + 1, out)
 
     def body(self) -> bytes:
         return b"".join(self._parts)

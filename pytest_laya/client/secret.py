@@ -21,6 +21,7 @@ class Secret:
     """A string that shows as ``Secret('***')``; `reveal()` is the only way to read it."""
 
     __slots__ = ("_value",)
+    _value: str
 
     def __init__(self, value: str) -> None:
         if not isinstance(value, str):
@@ -61,7 +62,7 @@ class Secret:
     def __hash__(self) -> int:
         return hash((Secret, self._value))
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> str | tuple[object, ...]:
         # Pickling (multiprocessing, xdist) would write the plain key to a pipe or a file.
         raise TypeError("a Secret cannot be pickled")
 

@@ -45,7 +45,8 @@ class _DeadlineStream:
         self._stream = stream
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _bounded(timeout, "read"))
+        data: bytes = self._stream.read(max_bytes, _bounded(timeout, "read"))
+        return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._stream.write(buffer, _bounded(timeout, "write"))

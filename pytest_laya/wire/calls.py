@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
 from pytest_laya.wire.errors import LayaError
@@ -25,6 +25,8 @@ from pytest_laya.wire.headers import REQUEST_ID_HEADER, parse_server_timing
 from pytest_laya.wire.identity import parse_served_by
 from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.wire.routes import BATCH_PATH
+
+_T = TypeVar("_T")
 
 __all__ = [
     "REDACTED",
@@ -147,9 +149,9 @@ class Call:
         self.pinned = tuple(pinned)
         self._cache: dict[str, Any] = {} if response is _UNSET else {"response": response}
 
-    def _cached(self, name: str, compute: Any) -> Any:
+    def _cached(self, name: str, compute: Callable[[], _T]) -> _T:
         try:
-            return self._cache[name]
+            return self._cache[name]  # type: ignore[no-any-return]
         except KeyError:
             value = self._cache[name] = compute()
             return value
@@ -245,7 +247,8 @@ class Call:
             if not isinstance(results, list):
                 return ()
             found = [self._decision(result, served_by=response.get("served_by")) for result in results]
-            return tuple(found) if all(d is not None for d in found) else ()
+            decided = [d for d in found if d is not None]
+            return tuple(decided) if len(decided) == len(found) else ()
         return self._cached("decisions", compute)
 
     def _decision(self, body: Mapping[str, Any], served_by: Any = None) -> Decision | None:
@@ -341,7 +344,7 @@ class Call:
         return f"<Call {self.summary()}>"
 
 
-class Calls(list):
+class Calls(list["Call"]):
     """The calls a fake (or cassette) saw, oldest first, with assertions in unittest.mock's style.
 
     Each assertion compares the keywords it is given (`Call.differences`) and, when it fails,

@@ -33,7 +33,7 @@ from pytest_laya.wire.routes import JSON_MEDIA_TYPE
 try:
     import orjson
 except ImportError:  # the `reference` extra installs it; json alone gives the same answers, slower
-    orjson = None
+    orjson = None  # type: ignore[assignment]
 
 __all__ = [
     "MAX_NESTING",
