@@ -34,7 +34,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from pytest_laya.fake.flavours import FLAVORS, LIMITS, TARGET
 from pytest_laya.wire.problems import PROBLEM_STATUS
 from pytest_laya.wire.questions import option_key
-from pytest_laya.wire.requests import MAX_NESTING, MAX_TOKEN_BUDGET, MIN_CONFIDENCE_BUCKETS, ROUTING_CONTROLS
+from pytest_laya.wire.requests import (
+    MAX_NESTING,
+    MAX_TOKEN_BUDGET,
+    MIN_CONFIDENCE_BUCKETS,
+    ROUTING_CONTROLS,
+    requested_tokens,
+)
 from pytest_laya.wire.routes import JSON_MEDIA_TYPE
 
 __all__ = [
@@ -170,7 +176,20 @@ def requests(draw: st.DrawFn, *, batch: bool = False, models: Sequence[str] = ()
         for name in ("max_len", "head_max_len"):
             if draw(st.booleans()):
                 body[name] = draw(st.sampled_from([1, 64, MAX_TOKEN_BUDGET]))
+    _within_token_budget(body, limits)
     return body
+
+
+def _within_token_budget(body: dict[str, Any], limits: Mapping[str, int]) -> None:
+    """Drop states, then questions, until the request asks for no more tokens than the budget."""
+    budget = limits.get("max_request_tokens")
+    if budget is None:
+        return
+    while requested_tokens(len(body.get("states") or [None]), len(body["questions"]), body.get("max_len")) > budget:
+        if len(body.get("states") or ()) > 1:
+            body["states"].pop()
+        else:
+            del body["questions"][next(reversed(body["questions"]))]
 
 
 # -- invalid requests -------------------------------------------------------------------------------
@@ -244,6 +263,10 @@ def _breakers(limits: Mapping[str, int]) -> dict[str, tuple[str, Any]]:
         "too_many_questions": ("too_many_questions", lambda draw, body: (
             {**body, "questions": {f"q{i}": {"type": "noul", "instructions": "?"}
                                    for i in range(limits["max_questions"] + 1)}}, None)),
+        "over_token_budget": ("too_large", lambda draw, body: (
+            {**body, "max_len": MAX_TOKEN_BUDGET,
+             "questions": {f"q{i}": {"type": "noul", "instructions": "?"}
+                           for i in range(limits["max_request_tokens"] // MAX_TOKEN_BUDGET + 1)}}, None)),
         "question_not_object": ("invalid_question", question("Which team?")),
         "no_type": ("invalid_question", question({"instructions": "Which team?", "criteria": ["a"]})),
         "unknown_type": ("invalid_question", question({"type": "ranking", "instructions": "?", "criteria": ["a"]})),
