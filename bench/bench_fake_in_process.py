@@ -34,8 +34,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     samples: dict[str, list[int]] = {name: [] for name in series}
     try:
-        for name, once in series.items():
+        for once in series.values():
             timed(args.warmup, once)
         for _ in range(args.rounds):
             for name, once in series.items():

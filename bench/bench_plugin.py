@@ -80,9 +80,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -92,9 +93,9 @@ import httpx  # noqa: E402
 
 from pytest_laya.cassettes import laya_vcr  # noqa: E402
 from pytest_laya.client import ServedLayaClient  # noqa: E402
-from pytest_laya.specs.conformance import Conformance  # noqa: E402
 from pytest_laya.fake import FakeLayaServer  # noqa: E402
 from pytest_laya.servers import REPLAY_URL, ServerHandle  # noqa: E402
+from pytest_laya.specs.conformance import Conformance  # noqa: E402
 
 PY = sys.executable
 TARGET_REPLAY_RATIO = 3.0
@@ -370,7 +371,7 @@ def _code_key(name: str) -> tuple[str, int, str]:
 def _cumulative(stats: pstats.Stats, file_end: str, func: str) -> tuple[float, int]:
     total, calls = 0.0, 0
     exact = _code_key(file_end[5:]) if file_end.startswith("code:") else None
-    for (filename, line, name), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, name), (cc, _nc, _tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
         if (exact == (filename, line, name)) if exact else (
                 name == func and filename.replace(os.sep, "/").endswith(file_end)):
             total += ct

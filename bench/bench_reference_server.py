@@ -73,7 +73,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -159,8 +159,8 @@ class _Conn:
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self.reader: Optional[asyncio.StreamReader] = None
-        self.writer: Optional[asyncio.StreamWriter] = None
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, head: bytes, body: bytes) -> tuple[int, bytes]:
         if self.writer is None:
@@ -390,7 +390,7 @@ def clean_env() -> dict[str, str]:
 class ReferenceProcess:
     """`python -m reference_server --port 0 ...` as a subprocess; `url` once it says it is ready."""
 
-    def __init__(self, args: list[str], threads: Optional[int], pythonpath: Optional[str],
+    def __init__(self, args: list[str], threads: int | None, pythonpath: str | None,
                  timeout_s: float = 120.0) -> None:
         self.args = args
         self.env = clean_env()
@@ -402,11 +402,11 @@ class ReferenceProcess:
         # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH.
         self.cwd = pythonpath or str(ROOT)
         self.timeout_s = timeout_s
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.url = ""
         self._out = tempfile.TemporaryFile()
 
-    def __enter__(self) -> "ReferenceProcess":
+    def __enter__(self) -> ReferenceProcess:
         cmd = [PY, "-m", "reference_server", "--port", "0", *self.args]
         self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=self._out,
                                      stderr=subprocess.STDOUT, cwd=self.cwd)
@@ -458,7 +458,7 @@ def sanity_answers(url: str) -> list[dict]:
 MIXED_SETS_FOR_SANITY = 8
 
 
-def same_answers(ref: Optional[list[dict]], laya: Optional[list[dict]]) -> bool:
+def same_answers(ref: list[dict] | None, laya: list[dict] | None) -> bool:
     """True when either side is not known yet, or both servers answered identically."""
     if ref is None or laya is None:
         return True
@@ -570,7 +570,7 @@ print(json.dumps({"latencies_ms": lat, "threads": n, "torch_default_threads": de
 """
 
 
-def in_process(checkpoint: str, mode: str, seconds: float, threads: Optional[int],
+def in_process(checkpoint: str, mode: str, seconds: float, threads: int | None,
                args: argparse.Namespace) -> dict[str, Any]:
     """The in-process baseline, measured again (up to --retries times) while other processes are busy."""
     for attempt in range(args.retries + 1):
@@ -583,7 +583,7 @@ def in_process(checkpoint: str, mode: str, seconds: float, threads: Optional[int
     return data
 
 
-def _in_process_once(checkpoint: str, mode: str, seconds: float, threads: Optional[int]) -> dict[str, Any]:
+def _in_process_once(checkpoint: str, mode: str, seconds: float, threads: int | None) -> dict[str, Any]:
     reqs = [json.loads(b) for b in request_bodies(1)]
     env = clean_env()
     if threads and mode == "reference":
@@ -622,7 +622,7 @@ def machine() -> str:
 def verdicts(results: dict[str, Any], conc: int, max_foreign: float) -> list[dict[str, Any]]:
     by = {(c["server"], c["label"]): c for c in results["cells"]}
 
-    def clean(*cells: dict[str, Any]) -> Optional[str]:
+    def clean(*cells: dict[str, Any]) -> str | None:
         worst = max(c["foreign_cores"] for c in cells)
         return None if worst <= max_foreign else f"other processes used up to {worst:.2f} cores during these cells"
 
@@ -641,10 +641,10 @@ def verdicts(results: dict[str, Any], conc: int, max_foreign: float) -> list[dic
                     "value": f"{refn['rps']:.1f} vs {layn['rps']:.1f} req/s = {ratio:.2f}x",
                     "met": ratio >= TARGET_C16_RPS_RATIO, "unreliable": clean(refn, layn)})
     if "reference" in rss and "laya-serve" in rss:
-        r, l = rss["reference"]["VmHWM"], rss["laya-serve"]["VmHWM"]
+        ref_peak, laya_peak = rss["reference"]["VmHWM"], rss["laya-serve"]["VmHWM"]
         out.append({"target": f"reference peak RSS <= laya-serve's + {TARGET_RSS_MARGIN:.0%}",
-                    "value": f"{r / 1024:.0f} MiB vs {l / 1024:.0f} MiB = {r / l:.3f}x",
-                    "met": r <= l * (1 + TARGET_RSS_MARGIN), "unreliable": None})
+                    "value": f"{ref_peak / 1024:.0f} MiB vs {laya_peak / 1024:.0f} MiB = {ref_peak / laya_peak:.3f}x",
+                    "met": ref_peak <= laya_peak * (1 + TARGET_RSS_MARGIN), "unreliable": None})
     return out
 
 
@@ -684,7 +684,7 @@ def print_report(results: dict[str, Any]) -> None:
         print(f"\nsanity: {results['sanity']}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell (default 15)")
     p.add_argument("--warmup", type=float, default=3.0, help="discarded seconds before each cell (default 3)")
@@ -725,8 +725,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "cells": [], "rss_kib": {}, "in_process": {}, "targets": [], "sanity": None,
     }
     started = time.monotonic()
-    laya_answers: Optional[list[dict]] = None
-    ref_answers: Optional[list[dict]] = None
+    laya_answers: list[dict] | None = None
+    ref_answers: list[dict] | None = None
     raw: dict[tuple[str, str], list] = {}
     retried: dict[tuple[str, str], int] = {}
     servers = {"both": ["laya", "ref"], "laya": ["laya"], "ref": ["ref"]}[args.only]

@@ -234,7 +234,7 @@ class Phase:
 
     def summary(self) -> dict[str, Any]:
         by = Counter()
-        for (kind, status, code), n in self.outcomes.items():
+        for (_kind, status, code), n in self.outcomes.items():
             key = ("served" if status == 200 else "shed" if (status, code) == (503, "overloaded")
                    else "refused" if 400 <= status < 500 else "vanished" if status == 0 else "other")
             by[key] += n
@@ -343,7 +343,7 @@ class LivezProbe:
         return [(float(row[0]), float(row[1]), row[2] == "1") for row in rows if len(row) == 3]  # the last may be cut
 
     @staticmethod
-    def assign(samples: list[tuple[float, float, bool]], phases: list["Phase"]) -> None:
+    def assign(samples: list[tuple[float, float, bool]], phases: list[Phase]) -> None:
         for started, latency, ok in samples:
             for phase in phases:
                 if phase.started <= started < phase.ended:
@@ -627,7 +627,7 @@ class ReferenceProcess:
     def size(self) -> int:
         return os.fstat(self.log.fileno()).st_size
 
-    def __enter__(self) -> "ReferenceProcess":
+    def __enter__(self) -> ReferenceProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
         env["PYTHONPATH"] = str(self.root)
         self.proc = subprocess.Popen(self.args, cwd=self.root, env={**env, "PYTHONUNBUFFERED": "1"},
@@ -670,7 +670,7 @@ async def warm_up(port: int, phase: Phase) -> None:
         await close(writer)
 
 
-async def run_phases(args: argparse.Namespace, server: "ReferenceProcess", phases: list[Phase]) -> None:
+async def run_phases(args: argparse.Namespace, server: ReferenceProcess, phases: list[Phase]) -> None:
     port, pid, m = server.port, server.proc.pid, args.max_concurrent
     quiet = dict(clients=0, hostile=False, drips=0, log=server)
     if "load" in args.phases:

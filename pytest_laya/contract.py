@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import functools
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -109,7 +110,8 @@ _MALFORMED: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]] = {
                     "confidence": 0.4}),
     ),
     "not_summing_to_one": (
-        ("choice", {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.5, "technical": 0.3}, "confidence": 0.4}),
+        ("choice", {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.5, "technical": 0.3},
+                    "confidence": 0.4}),
         ("score", {"type": "score", "score": 1.0, "probabilities": {"0": 0.5, "1": 0.5, "2": 0.5}, "confidence": 0.3}),
     ),
 }
@@ -186,7 +188,7 @@ def _score_problems(q: AskedQuestion, a: Any) -> list[str]:
         problems.append(f"{where}: level {level} (p={probs[level]}) is not the most probable; level {top} is (p={probs[top]})")
     mean = math.fsum(i * p for i, p in probs.items())
     bound = SUM_TOLERANCE * max(1, len(levels) - 1) + 1e-3
-    if not _number(expected):
+    if expected is None or not _number(expected):
         problems.append(f"{where}: expected level must be a number, got {expected!r}")
     elif not -1e-9 <= expected <= levels[-1] + 1e-9 or abs(expected - mean) > bound:
         problems.append(f"{where}: expected level {expected} disagrees with its probabilities (their mean is {mean:.4f})")
@@ -472,7 +474,7 @@ class DecisionModelContract:
     def test_sync_and_async_paths_agree(self, decision_model: Any) -> None:
         for rid, state, questions in self._requests(decision_model)[:3]:
             sync = decision_model.decide(state, questions)
-            async_ = run_coroutine(lambda: decision_model.adecide(state, questions))
+            async_ = run_coroutine(functools.partial(decision_model.adecide, state, questions))
             assert isinstance(async_, Decision), f"{rid}: adecide returned {type(async_).__name__}, not a Decision"
             if decision_model.deterministic:
                 assert _comparable(async_) == _comparable(sync), (

@@ -21,8 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pytest_laya.client import AsyncServedLayaClient, ServedLayaClient
 from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
-from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError
+from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
 
 __all__ = ["DecisionModel", "ServedLayaModel", "LayaModel", "IN_PROCESS_URL_SCHEME"]
@@ -101,7 +101,7 @@ class ServedLayaModel:
         self._closed = True
         self._client.close()
 
-    def __enter__(self) -> "ServedLayaModel":
+    def __enter__(self) -> ServedLayaModel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +232,7 @@ class LayaModel:
             except Exception:  # noqa: BLE001 - closing must never fail a teardown
                 pass
 
-    def __enter__(self) -> "LayaModel":
+    def __enter__(self) -> LayaModel:
         return self
 
     def __exit__(self, *exc: object) -> None:

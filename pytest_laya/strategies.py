@@ -59,7 +59,7 @@ __all__ = [
     "texts",
 ]
 
-_NO_SURROGATES = st.characters(exclude_categories=("Cs",))
+_NO_SURROGATES = st.characters(exclude_categories=["Cs"])
 
 
 def texts(*, min_size: int = 0, max_size: int = 40, blank: bool = True) -> st.SearchStrategy[str]:
@@ -119,9 +119,10 @@ def score_questions(draw: st.DrawFn, *, max_levels: int = 11) -> dict[str, Any]:
 @st.composite
 def noul_questions(draw: st.DrawFn) -> dict[str, Any]:
     """A valid noul question, with no criteria, or criteria describing "true" and/or "false"."""
-    question = {"type": "noul", "instructions": draw(texts(min_size=1, max_size=60, blank=False))}
-    keys = draw(st.sampled_from([(), ("true",), ("false",), ("true", "false")]))
-    if keys or draw(st.booleans()):
+    question: dict[str, Any] = {"type": "noul", "instructions": draw(texts(min_size=1, max_size=60, blank=False))}
+    keys: tuple[str, ...] = draw(st.sampled_from([(), ("true",), ("false",), ("true", "false")]))
+    with_criteria: bool = draw(st.booleans())
+    if keys or with_criteria:
         question["criteria"] = {key: draw(texts(max_size=30)) for key in keys}
     return question
 
@@ -166,7 +167,8 @@ def requests(draw: st.DrawFn, *, batch: bool = False, models: Sequence[str] = ()
     else:
         body["state"] = draw(state_strategy)
     body["questions"] = draw(question_sets(max_questions=limits["max_questions"], max_options=limits["max_options"]))
-    if models and draw(st.booleans()):
+    wants_model: bool = draw(st.booleans())
+    if models and wants_model:
         body["model"] = draw(st.sampled_from(list(models)))
     if controls and draw(st.booleans()):
         if draw(st.booleans()):

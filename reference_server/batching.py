@@ -37,9 +37,9 @@ import asyncio
 import concurrent.futures
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from .engine import DecisionRequest, DecisionResult, Engine
 
@@ -62,7 +62,7 @@ class Timed:
 class _Pending:
     model: str
     request: DecisionRequest
-    future: "asyncio.Future[Timed]"
+    future: asyncio.Future[Timed]
     submitted: float = field(default_factory=time.perf_counter)
 
 
@@ -79,13 +79,13 @@ class MicroBatcher:
         self._window = float(window_ms) / 1000.0
         self._passes = int(passes)
         self._executor = ThreadPoolExecutor(max_workers=self._passes, thread_name_prefix="laya-batch")
-        self._queues: Dict[str, Deque[_Pending]] = {}
-        self._changed: Optional[asyncio.Event] = None
-        self._dispatcher: Optional["asyncio.Task[None]"] = None
-        self._stopped: Optional["concurrent.futures.Future[None]"] = None  # the dispatcher's end
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._queues: dict[str, deque[_Pending]] = {}
+        self._changed: asyncio.Event | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._stopped: concurrent.futures.Future[None] | None = None  # the dispatcher's end
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
-        self._closed: Optional["concurrent.futures.Future[None]"] = None
+        self._closed: concurrent.futures.Future[None] | None = None
         self.batches = 0   # engine.predict calls made for batches (re-runs not counted)
 
     @property
@@ -198,9 +198,9 @@ class MicroBatcher:
             if not queue:
                 self._queues.pop(pending.model, None)
 
-    def _oldest(self) -> Optional[str]:
+    def _oldest(self) -> str | None:
         """The model whose first live waiter has waited longest (dropping cancelled heads)."""
-        best: Optional[Tuple[float, str]] = None
+        best: tuple[float, str] | None = None
         for model in list(self._queues):
             queue = self._queues[model]
             while queue and queue[0].future.done():
@@ -216,9 +216,9 @@ class MicroBatcher:
         queue = self._queues.get(model)
         return 0 if queue is None else sum(1 for p in queue if not p.future.done())
 
-    def _take(self, model: str) -> List[_Pending]:
+    def _take(self, model: str) -> list[_Pending]:
         queue = self._queues.get(model)
-        batch: List[_Pending] = []
+        batch: list[_Pending] = []
         while queue and len(batch) < self._max_batch:
             pending = queue.popleft()
             if not pending.future.done():
@@ -227,11 +227,11 @@ class MicroBatcher:
             self._queues.pop(model, None)
         return batch
 
-    async def _dispatch(self, stopped: "concurrent.futures.Future[None]") -> None:
+    async def _dispatch(self, stopped: concurrent.futures.Future[None]) -> None:
         assert self._changed is not None
         changed = self._changed
         free = asyncio.Semaphore(self._passes)  # one dispatcher per loop, so its passes are its own
-        running: "set[asyncio.Task[None]]" = set()
+        running: set[asyncio.Task[None]] = set()
         try:
             while True:
                 model = self._oldest()
@@ -274,7 +274,7 @@ class MicroBatcher:
         finally:
             stopped.set_result(None)
 
-    async def _pass(self, model: str, batch: List[_Pending], free: asyncio.Semaphore) -> None:
+    async def _pass(self, model: str, batch: list[_Pending], free: asyncio.Semaphore) -> None:
         try:
             await self._run(model, batch)
         except asyncio.CancelledError:
@@ -289,7 +289,7 @@ class MicroBatcher:
         finally:
             free.release()
 
-    async def _run(self, model: str, batch: List[_Pending]) -> None:
+    async def _run(self, model: str, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         self.batches += 1
@@ -306,7 +306,7 @@ class MicroBatcher:
         for pending, result in zip(batch, results):
             _resolve(pending, Timed(result, (started - pending.submitted) * 1000.0, infer_ms, len(batch)))
 
-    async def _run_singly(self, model: str, batch: List[_Pending]) -> None:
+    async def _run_singly(self, model: str, batch: list[_Pending]) -> None:
         """Attribute a batch's ValueError: each member alone, each caller its own outcome."""
         loop = asyncio.get_running_loop()
         for pending in batch:
@@ -328,7 +328,7 @@ class MicroBatcher:
 
 
 def _timed_predict(engine: Engine, model: str,
-                   requests: Sequence[DecisionRequest]) -> Tuple[List[DecisionResult], float]:
+                   requests: Sequence[DecisionRequest]) -> tuple[list[DecisionResult], float]:
     started = time.perf_counter()
     results = list(engine.predict(model, requests))
     return results, (time.perf_counter() - started) * 1000.0

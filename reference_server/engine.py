@@ -70,9 +70,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Protocol
 
 from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
@@ -109,7 +110,7 @@ class ModelIdentity:
     weights_dtype: str   # parameter dtype without "torch.", e.g. "float32"
     compiled: bool       # True only when compile=True was asked and laya compiled the model
 
-    def to_json(self) -> Dict[str, object]:
+    def to_json(self) -> dict[str, object]:
         return {
             "checkpoint": self.checkpoint,
             "revision": self.revision,
@@ -125,15 +126,15 @@ class DecisionRequest:
     questions: Mapping[str, Mapping[str, Any]]  # Jev wire question dicts, already validated
     # laya's per-call controls, already validated (None: the checkpoint's own). laya-serve 0.4.15
     # hands them to ``Router.predict``; here they reach ``Router.predict_batch`` the same way.
-    max_len: Optional[int] = None               # token window of the whole sequence
-    head_max_len: Optional[int] = None          # the question's part of it
-    min_confidence: Union[float, Mapping[str, float], None] = None  # abstention gate
+    max_len: int | None = None               # token window of the whole sequence
+    head_max_len: int | None = None          # the question's part of it
+    min_confidence: float | Mapping[str, float] | None = None  # abstention gate
 
 
 @dataclass(frozen=True)
 class DecisionResult:
-    answers: Dict[str, dict]   # laya-serve's per-question answers, in question order
-    usage: Dict[str, Any]      # laya's usage dict
+    answers: dict[str, dict]   # laya-serve's per-question answers, in question order
+    usage: dict[str, Any]      # laya's usage dict
 
 
 class Engine(Protocol):
@@ -146,24 +147,24 @@ class Engine(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def configured(self) -> List[str]: ...
+    def configured(self) -> list[str]: ...
 
     def load(self) -> None: ...
 
-    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]: ...
+    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]: ...
 
     def close(self) -> None: ...
 
 
 # ------------------------------------------------------------------------------------ helpers
 
-_Spec = Union[str, Tuple[str, Optional[str]]]
+_Spec = str | tuple[str, str | None]
 
 
-def _plain_questions(questions: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+def _plain_questions(questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """laya insists on real dicts (``isinstance(q, dict)``) at the top two levels; keep order."""
     if type(questions) is dict and all(type(q) is dict for q in questions.values()):
-        return questions  # type: ignore[return-value]
+        return questions
     return {qid: _plain(q) for qid, q in questions.items()}
 
 
@@ -175,9 +176,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _laya_item(request: DecisionRequest, key: str) -> Dict[str, Any]:
+def _laya_item(request: DecisionRequest, key: str) -> dict[str, Any]:
     """One ``Router.predict_batch`` request; token windows only when set, as laya-serve passes them."""
-    item: Dict[str, Any] = {"state": request.state, "questions": _plain_questions(request.questions), "model": key}
+    item: dict[str, Any] = {"state": request.state, "questions": _plain_questions(request.questions), "model": key}
     if request.max_len is not None:
         item["max_len"] = request.max_len
     if request.head_max_len is not None:
@@ -185,7 +186,7 @@ def _laya_item(request: DecisionRequest, key: str) -> Dict[str, Any]:
     return item
 
 
-def _string_keyed(answer: Dict[str, Any]) -> Dict[str, Any]:
+def _string_keyed(answer: dict[str, Any]) -> dict[str, Any]:
     """A choice answer with `choice` and its probability keys as strings, as the target spec has them.
 
     laya answers a list label that is a number or a boolean (criteria [7, 8]) with the label
@@ -223,7 +224,7 @@ def _router_key(name: str) -> str:
     return key
 
 
-def _auto_threads(torch_default: int, passes: int = 1) -> Optional[int]:
+def _auto_threads(torch_default: int, passes: int = 1) -> int | None:
     """The intra-op thread count ``load()`` applies when none was asked for, or None to leave it."""
     raw = os.environ.get("LAYA_THREADS", "").strip()
     if raw:
@@ -247,7 +248,7 @@ class _Configured:
     name: str         # the engine's name for it (what clients send as ``model``)
     key: str          # the Router's canonical key
     spec: _Spec       # what the Router loads: an absolute local dir, a hub id, or (repo, subfolder)
-    local_dir: Optional[str]
+    local_dir: str | None
     checkpoint: str   # the public identity string
 
 
@@ -258,10 +259,10 @@ class LayaEngine:
         self,
         checkpoints: Mapping[str, str],
         *,
-        device: Optional[str] = None,
+        device: str | None = None,
         compile: bool = False,
-        threads: Optional[int] = None,
-        revisions: Optional[Mapping[str, str]] = None,
+        threads: int | None = None,
+        revisions: Mapping[str, str] | None = None,
         jev_confidence: bool = True,
         passes: int = 1,
     ) -> None:
@@ -283,8 +284,8 @@ class LayaEngine:
         self._passes = int(passes)
         self._jev = bool(jev_confidence)
         self._revisions = dict(revisions or {})
-        self._configured: Dict[str, _Configured] = {}
-        keys: Dict[str, str] = {}
+        self._configured: dict[str, _Configured] = {}
+        keys: dict[str, str] = {}
         for name, source in checkpoints.items():
             if not isinstance(name, str) or not name.strip():
                 raise ValueError("checkpoint name must be a non-empty string, got %r" % (name,))
@@ -301,11 +302,11 @@ class LayaEngine:
         self._default = next(iter(self._configured))
         self._lock = threading.Lock()
         self._router: Any = None
-        self._models: Dict[str, ModelIdentity] = {}
-        self._warmup_ms: Dict[str, float] = {}
+        self._models: dict[str, ModelIdentity] = {}
+        self._warmup_ms: dict[str, float] = {}
         self._ready = False
         self._closed = False
-        self.threads: Optional[int] = None  # what load() applied (None: left as it was)
+        self.threads: int | None = None  # what load() applied (None: left as it was)
 
     @staticmethod
     def _describe(name: str, key: str, source: str) -> _Configured:
@@ -342,7 +343,7 @@ class LayaEngine:
         """Wall time of each checkpoint's warm-up forward pass in ``load()``."""
         return MappingProxyType(dict(self._warmup_ms))
 
-    def configured(self) -> List[str]:
+    def configured(self) -> list[str]:
         return list(self._configured)
 
     def load(self) -> None:
@@ -356,7 +357,7 @@ class LayaEngine:
             from laya.router import Router
 
             if self._router is None:
-                options: Dict[str, Any] = {
+                options: dict[str, Any] = {
                     "models": {c.key: c.spec for c in self._configured.values()},
                     "device": self._device,
                     "max_loaded": len(self._configured),
@@ -379,7 +380,7 @@ class LayaEngine:
                 self._models[conf.name] = self._identity(conf, agent)
             self._ready = True
 
-    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]:
         """Answer ``requests`` on ``model``: one forward pass per distinct question set.
 
         Raises KeyError(model) for a model that is not configured, ValueError for a question (or a
@@ -456,7 +457,7 @@ class LayaEngine:
         if self._jev:
             from laya.confidence import jev_confidence
 
-            out: Dict[str, dict] = {}
+            out: dict[str, dict] = {}
             for qid, answer in answers.items():
                 conf = jev_confidence(answer) if isinstance(answer, dict) else None
                 out[qid] = answer if conf is None else {**answer, "x_jev_confidence": round(conf, 4)}

@@ -29,7 +29,7 @@ def strict_answers(answers: Mapping[str, Any]) -> dict[str, Any]:
     """Each answer cut to its type's Jev fields (an answer of unknown type passes unchanged)."""
     out: dict[str, Any] = {}
     for qid, answer in answers.items():
-        fields = ANSWER_FIELDS.get(answer.get("type")) if isinstance(answer, Mapping) else None
+        fields = ANSWER_FIELDS.get(str(answer.get("type"))) if isinstance(answer, Mapping) else None
         out[qid] = answer if fields is None else {name: answer[name] for name in fields if name in answer}
     return out
 

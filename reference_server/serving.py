@@ -201,7 +201,7 @@ class ConnectionGuard:
         return closed
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _h11_protocol_class() -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -218,7 +218,7 @@ def _h11_protocol_class() -> type:
             self._guard = guard
             self._released = False
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._guard.waiting(self)
 
@@ -400,7 +400,7 @@ def uvicorn_config(app: Any, settings: ServerSettings) -> Any:
                           timeout_keep_alive=settings.keep_alive_timeout_s)  # type: ignore[arg-type]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _server_class() -> type:
     import uvicorn
 
@@ -479,7 +479,7 @@ class ServerThread:
         """The running server's connection guard (open connections, evictions, timeouts)."""
         return None if self._server is None else self._server.guard
 
-    def start(self) -> "ServerThread":
+    def start(self) -> ServerThread:
         """Start serving and wait until the server accepts connections; idempotent."""
         if self._thread is not None:
             return self
@@ -503,7 +503,7 @@ class ServerThread:
             self._thread = None
         self._sock.close()
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -26,7 +26,7 @@ import os
 import pathlib
 import sys
 import tempfile
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 #: Seed of the one generator every weight is drawn from.
 SEED = 20261202
@@ -49,7 +49,7 @@ HEAD_MAX_LEN = 192
 #: Written into ``rl_agent_config.json``. ``encoder`` is any string when ``encoder/`` and
 #: ``tokenizer/`` are present; it is never sent to a hub. One action cost gives an action head of
 #: two outputs, so ``act_probability`` is a real softmax rather than a constant.
-AGENT_CONFIG: Dict[str, object] = {
+AGENT_CONFIG: dict[str, object] = {
     "encoder": "tiny-modernbert (local only: see encoder/ and tokenizer/)",
     "head_layers": HEAD_LAYERS,
     "act_costs": {"escalate": 0.1},
@@ -134,14 +134,14 @@ _OTHER_SCRIPTS = (
 )
 
 
-def corpus() -> List[str]:
+def corpus() -> list[str]:
     """The deterministic sentences the tokenizer is trained on (a few hundred).
 
     Pure combinatorics, no random module: the list is the same on every Python version. Mostly
     English customer support, plus German, French, Spanish and a little Cyrillic, Greek and
     Japanese so non-English states tokenise into sensible pieces rather than single bytes.
     """
-    sentences: List[str] = []
+    sentences: list[str] = []
     for subject, problem, ending in itertools.product(_EN_SUBJECTS, _EN_PROBLEMS, _EN_ENDINGS):
         sentences.append("%s %s. %s" % (subject, problem, ending))
     sentences.extend(_QUESTION_TEXT)
@@ -276,7 +276,7 @@ def generate(dest: pathlib.Path) -> pathlib.Path:
     save_checkpoint(model, tok, dict(AGENT_CONFIG), str(dest))
     _write_tokenizer_config(dest / "tokenizer")
     _write_encoder_config(dest / "encoder")
-    for root, dirs, files in os.walk(dest):
+    for root, _dirs, files in os.walk(dest):
         os.chmod(root, _DIR_MODE)
         for name in files:
             os.chmod(os.path.join(root, name), _FILE_MODE)
@@ -290,7 +290,7 @@ def embedded_checkpoint_dir() -> pathlib.Path:
 
 # ------------------------------------------------------------------------------------ check
 
-def file_digests(directory: pathlib.Path) -> Dict[str, str]:
+def file_digests(directory: pathlib.Path) -> dict[str, str]:
     """sha256 of every file under `directory`, keyed by POSIX path relative to it."""
     directory = pathlib.Path(directory)
     return {
@@ -300,7 +300,7 @@ def file_digests(directory: pathlib.Path) -> Dict[str, str]:
     }
 
 
-def differences(expected: pathlib.Path, actual: pathlib.Path) -> List[str]:
+def differences(expected: pathlib.Path, actual: pathlib.Path) -> list[str]:
     """One line per file that is missing, extra or different between two checkpoint dirs."""
     want, got = file_digests(expected), file_digests(actual)
     lines = []

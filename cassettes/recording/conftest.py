@@ -10,11 +10,11 @@ Each cassette's provenance names the server kind it came from (``reference``,
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from recording_cases import LAYA_SERVE, LAYA_SERVE_STRICT, MODEL, REFERENCE, SPEC_OF
 from recording_servers import laya_serve, reference_server
 

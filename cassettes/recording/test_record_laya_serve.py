@@ -1,7 +1,6 @@
 """Every case, against laya's own laya-serve 0.4.15 on the tiny checkpoint (cassettes/laya-serve-0.4.15/)."""
 
 import pytest
-
 from recording_cases import LAYA_SERVE, case_params, run
 
 KIND = LAYA_SERVE

@@ -1,7 +1,6 @@
 """Every case, against the reference server on the tiny checkpoint (cassettes/reference/)."""
 
 import pytest
-
 from recording_cases import REFERENCE, case_params, run
 
 KIND = REFERENCE

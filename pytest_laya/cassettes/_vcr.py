@@ -52,7 +52,7 @@ __all__ = [
 RECORD_HINT = "--laya-mode=record"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _classes() -> tuple[type, type]:
     """(LayaVCR, LayaCassette), built on first use so that importing this module loads no vcrpy."""
     import vcr
@@ -207,7 +207,7 @@ def _classes() -> tuple[type, type]:
             self.laya_api_key = api_key
             self.laya_config = config or CassetteConfig()
             self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
-            self._laya_cassette_class = type("LayaCassette", (LayaCassette,), {"record_hint": record_hint})
+            self._laya_cassette_class: Any = type("LayaCassette", (LayaCassette,), {"record_hint": record_hint})
             super().__init__(
                 record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
                 cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
@@ -255,7 +255,7 @@ def _classes() -> tuple[type, type]:
 
 
 def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,
-             strict: bool = True, record_hint: str = RECORD_HINT, config: CassetteConfig | None = None) -> "vcr.VCR":
+             strict: bool = True, record_hint: str = RECORD_HINT, config: CassetteConfig | None = None) -> vcr.VCR:
     """A `vcr.VCR` for served-Laya cassettes (see the module docstring for what it changes).
 
     `record` is the only authority on the mode: False replays (vcrpy ``none``, no network, no

@@ -65,7 +65,7 @@ class CassetteAlreadyPlayed(CassetteError):
 class CassetteUnplayed(CassetteError):
     """Strict replay ended with recorded interactions the test never asked for."""
 
-    def __init__(self, message: str, *, path: str | os.PathLike[str] | None, unplayed: list["Unplayed"]) -> None:
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None, unplayed: list[Unplayed]) -> None:
         super().__init__(message, path=path)
         self.unplayed = unplayed
 

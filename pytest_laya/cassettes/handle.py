@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-import os
 
 from pytest_laya.cassettes.errors import CassetteUnplayed, Unplayed
 from pytest_laya.cassettes.persist import Persister, atomic_write, recorded_date, render, today

@@ -239,8 +239,8 @@ def _check_structure(path: Path, data: Any) -> None:
 
 def read_cassette(path: Path) -> dict[str, Any] | None:
     """The cassette at `path` parsed with vcrpy's safe loader and checked; None if there is none."""
-    from vcr.serializers import yamlserializer
     import yaml
+    from vcr.serializers import yamlserializer
 
     try:
         raw = path.read_bytes()

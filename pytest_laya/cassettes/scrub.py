@@ -173,7 +173,7 @@ class Scrubber:
             path = quote(self.text(unquote(path)), safe="/")
         parts = []
         pairs = [part.partition("=") for part in query.split("&")] if query else []
-        for name, eq, value in pairs:  # filtered values are learnt first, so every spelling is scrubbed
+        for name, _eq, value in pairs:  # filtered values are learnt first, so every spelling is scrubbed
             if unquote_plus(name) in self._filtered_query:
                 self.keep_secret(unquote_plus(value))
         for name, eq, value in pairs:
@@ -324,7 +324,7 @@ class Scrubber:
             kept.setdefault(lower, []).extend(cleaned)
         response["headers"] = kept
         if self.config.before_record_response is not None:
-            return self.config.before_record_response(response)  # type: ignore[no-any-return]
+            return self.config.before_record_response(response)
         return response
 
 
@@ -366,9 +366,9 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
     modified: vcrpy still hands it to the caller.
     """
     body = response.get("body") if isinstance(response, dict) else None
-    raw = body.get("string") if isinstance(body, dict) else None
-    if raw is None:
+    if not isinstance(body, dict) or body.get("string") is None:
         return response
+    raw = body["string"]
     request_headers = getattr(request, "headers", None) or {}  # vcrpy's are case-insensitive
     response_headers = {str(k).lower(): v for k, v in (response.get("headers") or {}).items()}
 

@@ -69,7 +69,8 @@ class AsyncServedLayaClient(ClientBase):
         body, decision = call.conclude(attempt, number)
         health, read_now = self._health_to_read(decision, deadline)
         if read_now:
-            health = health_from(await self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
+            headers = request_headers(self.settings, call.request_id)
+            health = health_from(await self._send("GET", HEALTH_PATH, headers, None, deadline))
             self._identities.store(health)
         return self._identity_after(call, body, decision, health)
 
@@ -124,7 +125,7 @@ class AsyncServedLayaClient(ClientBase):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncServedLayaClient":
+    async def __aenter__(self) -> AsyncServedLayaClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from pytest_laya.client.call import (
-    Attempt,
     MAX_RESPONSE_BYTES,
+    Attempt,
     DecisionCall,
     IdentityCache,
     request_auth,
@@ -32,7 +32,7 @@ from pytest_laya.wire.questions import Questions
 from pytest_laya.wire.routes import HEALTH_PATH
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ssl_context() -> ssl.SSLContext:
     # httpx reads the CA bundle for every new client (about 19 ms); one context serves them all,
     # so a test suite that builds a client per test does not pay it per test.
@@ -67,7 +67,9 @@ class ClientBase:
         if "settings" not in self.__dict__:  # a traceback from inside __init__ prints it too
             return f"<{type(self).__name__}, not configured>"
         key = ", api_key=***" if self.settings.api_key else ""
-        return f"{type(self).__name__}({self.settings.shown_url!r}, model={self.settings.model!r}{key}, timeout_s={self.settings.timeout_s:g})"
+        settings = self.settings
+        return (f"{type(self).__name__}({settings.shown_url!r}, model={settings.model!r}{key}, "
+                f"timeout_s={settings.timeout_s:g})")
 
     def _observe(self, method: str, path: str, attempt: Attempt, request_body: bytes | None, elapsed: float) -> None:
         if self._on_exchange is not None and attempt.status is not None:
@@ -78,7 +80,8 @@ class ClientBase:
     def _health_error(self, attempt: Attempt) -> LayaError:
         url = self.settings.shown_url
         if attempt.failure is not None:
-            call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}", code=attempt.failure.value, url=url)
+            call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}",
+                                 code=attempt.failure.value, url=url)
             return call
         said = server_said(attempt.status or 0, attempt.headers, attempt.body)
         if attempt.status == 401:

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 
 from pytest_laya.client.decoding import ACCEPT_ENCODING, BodyDecoder, BodyTooLarge, UndecodableBody
-from pytest_laya.client.secret import BearerAuth
 from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
+from pytest_laya.client.secret import BearerAuth
 from pytest_laya.client.settings import ClientSettings
 from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
@@ -247,12 +247,14 @@ class DecisionCall:
             raise self.error(LayaCallError(f"HTTP 200 body cannot be decoded: {attempt.undecodable}", code="bad_response"), 200)
         media = media_type(attempt.headers)
         if not is_json_media(media):
-            raise self.error(LayaCallError(f"HTTP 200 with Content-Type {media or 'missing'!r}, expected application/json", code="bad_response"), 200)
+            raise self.error(LayaCallError(f"HTTP 200 with Content-Type {media or 'missing'!r}, expected application/json",
+                                           code="bad_response"), 200)
         body, problem = load_json(attempt.body)
         if problem is not None:
             raise self.error(LayaCallError(f"HTTP 200 body is not valid JSON ({problem})", code="bad_response"), 200)
         if not isinstance(body, dict):
-            raise self.error(LayaCallError(f"HTTP 200 body must be a JSON object, got {type(body).__name__}", code="bad_response"), 200)
+            raise self.error(LayaCallError(f"HTTP 200 body must be a JSON object, got {type(body).__name__}",
+                                           code="bad_response"), 200)
         try:
             answers = parse_answers(body.get("answers"), self.asked)
             usage = parse_usage(body.get("usage"))

@@ -12,7 +12,6 @@ coding, or more than `MAX_LAYERS` of them, is refused.
 from __future__ import annotations
 
 import functools
-
 import zlib
 from collections.abc import Callable
 
@@ -51,7 +50,7 @@ class _Layer:
         self._first = True
         self._obj = self._new()
 
-    def _new(self, raw_deflate: bool = False) -> "zlib._Decompress":
+    def _new(self, raw_deflate: bool = False) -> zlib._Decompress:
         if self.coding in ("gzip", "x-gzip"):
             return zlib.decompressobj(16 + zlib.MAX_WBITS)
         return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)

@@ -29,7 +29,7 @@ class Secret:
         object.__setattr__(self, "_value", value)
 
     @classmethod
-    def wrap(cls, value: "str | Secret | None") -> "Secret | None":
+    def wrap(cls, value: str | Secret | None) -> Secret | None:
         """`value` as a Secret (None and the empty string are no key); never raises on a str."""
         if value is None or isinstance(value, Secret):
             return value or None

@@ -214,7 +214,7 @@ class ClientSettings:
         api_key: str | Secret | None = None,
         timeout_s: float | None = None,
         environ: Mapping[str, str] | None = None,
-    ) -> "ClientSettings":
+    ) -> ClientSettings:
         # The key and the URL are wrapped before anything can raise, so no traceback's locals
         # (--showlocals, an error tracker) show the key or a password in the URL.
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]

@@ -171,7 +171,7 @@ class _SocketWatchdog:
             for sock in self._sockets:
                 _shutdown(sock)
 
-    def __enter__(self) -> "_SocketWatchdog":
+    def __enter__(self) -> _SocketWatchdog:
         self._timer.start()
         return self
 
@@ -289,7 +289,7 @@ class ServedLayaClient(ClientBase):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "ServedLayaClient":
+    def __enter__(self) -> ServedLayaClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,13 +6,14 @@ shim -- answers through `FakeLaya.exchange`, so a pin or a recorded call means t
 
 from __future__ import annotations
 
+import functools
 import hmac
 import math
 import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour
+from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour, target_flavour
 from pytest_laya.fake.pins import _SUM_TOLERANCE as _PIN_SUM_TOLERANCE
 from pytest_laya.fake.pins import (
     PINNED_PROBABILITY,
@@ -233,7 +234,7 @@ class FakeLaya:
         """`usage` for one state: tokens of the state and of every question; nothing is ever cut."""
         state_tokens = count_tokens(state)
         keys = _keys if _keys is not None else {qid: _question_key(q) for qid, q in questions.items()}
-        input_tokens = state_tokens + sum(self._memo(("tokens", keys[qid]), lambda q=q: self.question_tokens(q))
+        input_tokens = state_tokens + sum(self._memo(("tokens", keys[qid]), functools.partial(self.question_tokens, q))
                                           for qid, q in questions.items())
         if self.flavor == LAYA_SERVE:
             return {"input_tokens": input_tokens, "output_tokens": 0, "state_tokens": state_tokens,
@@ -254,7 +255,7 @@ class FakeLaya:
                 try:
                     # A pinned answer depends on the question and the value only: computed once.
                     answer = self._memo(("pinned", qid, keys[qid], _value_key(value)),
-                                        lambda qid=qid, q=q, value=value: self.pinned_answer(qid, q, value))
+                                        functools.partial(self.pinned_answer, qid, q, value))
                 except PinError as exc:
                     raise PinError(f"{pin!r}: {exc.summary}", question=qid, pin=pin) from None
                 answers[qid] = {k: dict(v) if isinstance(v, dict) else v for k, v in answer.items()}
@@ -355,7 +356,8 @@ class FakeLaya:
 
     def _answering(self, respond: Callable[[], Exchange], request_id: str | None) -> tuple[Exchange, str | None, dict[str, Pin]]:
         """`respond()` with pin errors turned into the flavor's 422: (exchange, pin error, pins used by id)."""
-        self._local.pins = used = {}
+        used: dict[str, Pin] = {}
+        self._local.pins = used
         try:
             return respond(), None, used
         except PinError as exc:
@@ -373,7 +375,7 @@ class FakeLaya:
         item = {"pointer": question_pointer(error.question) if error.question else "/questions", "detail": error.summary}
         if error.question:
             item["question"] = error.question
-        return self._flavour.problem(Problem("invalid_request", detail, errors=[item]), rid)
+        return target_flavour().problem(Problem("invalid_request", detail, errors=[item]), rid)
 
     def exchange(self, request: ReceivedRequest, *, api_key: str | None = None, url: str | None = None,
                  fault: str | None = None) -> Exchange:

@@ -99,7 +99,7 @@ def _gate(answers: Mapping[str, dict[str, Any]], min_confidence: float | Mapping
     map does not name): `abstention`, `abstention_threshold`, and `low_confidence` when below.
     """
     for answer in answers.values():
-        threshold = min_confidence
+        threshold: Any = min_confidence
         if isinstance(min_confidence, Mapping):
             options = len(answer.get("probabilities") or ()) or 2
             size = "2" if options <= 2 else "3-5" if options <= 5 else "6-10" if options <= 10 else "11+"
@@ -399,7 +399,13 @@ class _LayaServeFlavour:
         return None
 
 
-_FLAVOURS = {TARGET: _TargetFlavour(), LAYA_SERVE: _LayaServeFlavour()}
+_TARGET_FLAVOUR = _TargetFlavour()
+_FLAVOURS: dict[str, _TargetFlavour | _LayaServeFlavour] = {TARGET: _TARGET_FLAVOUR, LAYA_SERVE: _LayaServeFlavour()}
+
+
+def target_flavour() -> _TargetFlavour:
+    """The target spec's flavour (its problem+json rendering)."""
+    return _TARGET_FLAVOUR
 
 
 def flavour(name: str) -> _TargetFlavour | _LayaServeFlavour:

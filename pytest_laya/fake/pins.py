@@ -23,6 +23,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Collection, Mapping
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Union
 
 from pytest_laya.wire.calls import Call, Calls
@@ -46,8 +47,8 @@ PINNED_PROBABILITY = 0.9
 # A pinned distribution that names every option must sum to 1 within this.
 _SUM_TOLERANCE = 1e-6
 
-StateMatcher = Union[str, "re.Pattern[str]", Callable[[Any], Any], None]
-QuestionsMatcher = Union[Collection[str], Callable[[Mapping[str, Any]], Any], None]
+StateMatcher = Union[str, "re.Pattern[str]", Callable[[Any], Any], None]  # noqa: UP007 - a string member
+QuestionsMatcher = Collection[str] | Callable[[Mapping[str, Any]], Any] | None
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,7 +142,7 @@ def _check_questions_matcher(questions: Any) -> Any:
 
 def _caller() -> str:
     """file:line of the first frame outside pytest_laya: where the test made the pin."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
         frame = frame.f_back
     if frame is None:  # pragma: no cover - called from inside the package only

@@ -86,7 +86,7 @@ def _json_key(label: Any) -> str:
 
 def _options(question: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(key, description) of each option of a valid choice or score question, in request order."""
-    criteria = question.get("criteria")
+    criteria = question.get("criteria") or ()
     if question.get("type") == "score":
         return [(str(i), level) for i, level in enumerate(criteria)]
     if isinstance(criteria, Mapping):

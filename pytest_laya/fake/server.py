@@ -110,14 +110,14 @@ class FakeLayaServer:
         """False while a :meth:`refuse` window is in effect."""
         return self._server.listening
 
-    def start(self) -> "FakeLayaServer":
+    def start(self) -> FakeLayaServer:
         self._server.start()
         return self
 
     def stop(self) -> None:
         self._server.stop()
 
-    def __enter__(self) -> "FakeLayaServer":
+    def __enter__(self) -> FakeLayaServer:
         return self.start()
 
     def __exit__(self, exc_type: Any, *exc_info: object) -> None:
@@ -173,7 +173,7 @@ class FakeLayaServer:
 
     # ----------------------------------------------------------------- the fault script
 
-    def refuse(self, for_s: float = 1.0) -> "FakeLayaServer":
+    def refuse(self, for_s: float = 1.0) -> FakeLayaServer:
         """Refuse connections for `for_s` seconds (ECONNREFUSED), then listen again.
 
         Queued on an empty script it starts at once; after other queued faults it starts once
@@ -182,7 +182,7 @@ class FakeLayaServer:
         self._server.enqueue(Refuse(for_s))
         return self
 
-    def reset(self, *, mid_body: bool = False, after_bytes: int | None = None) -> "FakeLayaServer":
+    def reset(self, *, mid_body: bool = False, after_bytes: int | None = None) -> FakeLayaServer:
         """The next request's connection is reset (TCP RST): before any byte, or, with
         `mid_body`, after the headers and part of the real answer (`after_bytes`, default half)."""
         if not mid_body:
@@ -201,19 +201,19 @@ class FakeLayaServer:
         self._server.enqueue(Handler(cut))
         return self
 
-    def delay(self, seconds: float) -> "FakeLayaServer":
+    def delay(self, seconds: float) -> FakeLayaServer:
         """The next request is answered normally, `seconds` after it arrived."""
         self._server.enqueue(Delay(seconds, Handler(lambda request: self._dispatch(request, fault=f"delay({seconds})"))))
         return self
 
-    def trickle(self, *, chunk_size: int = 1, interval_s: float = 0.1) -> "FakeLayaServer":
+    def trickle(self, *, chunk_size: int = 1, interval_s: float = 0.1) -> FakeLayaServer:
         """The next real answer: headers at once, then `chunk_size` bytes every `interval_s`."""
         Trickle(Respond(200, b"x"), chunk_size=chunk_size, interval_s=interval_s)  # check the arguments now
         self._server.enqueue(Handler(lambda request: Trickle(self._dispatch(request, fault="trickle()"),
                                                              chunk_size=chunk_size, interval_s=interval_s)))
         return self
 
-    def status(self, code: int, *, retry_after: int | None = None, detail: str | None = None) -> "FakeLayaServer":
+    def status(self, code: int, *, retry_after: int | None = None, detail: str | None = None) -> FakeLayaServer:
         """The next request gets HTTP `code` with the flavor's spec-correct error body.
 
         Target: problem+json with the documented code (503 ``overloaded``, 502
@@ -239,7 +239,7 @@ class FakeLayaServer:
         self._server.enqueue(Handler(respond))
         return self
 
-    def garbage_body(self, *, status: int = 200, body: bytes = DEFAULT_GARBAGE) -> "FakeLayaServer":
+    def garbage_body(self, *, status: int = 200, body: bytes = DEFAULT_GARBAGE) -> FakeLayaServer:
         """The next request gets a well-framed `status` that claims JSON and is not JSON."""
         try:
             json.loads(body)
@@ -258,7 +258,7 @@ class FakeLayaServer:
         self._server.enqueue(Handler(respond))
         return self
 
-    def truncate(self, after_bytes: int = 20) -> "FakeLayaServer":
+    def truncate(self, after_bytes: int = 20) -> FakeLayaServer:
         """The next real answer is cut after `after_bytes` body bytes and the connection closed
         cleanly (Content-Length promises more)."""
         if isinstance(after_bytes, bool) or not isinstance(after_bytes, int) or after_bytes < 0:
@@ -271,7 +271,7 @@ class FakeLayaServer:
         self._server.enqueue(Handler(cut))
         return self
 
-    def script(self, *actions: Action) -> "FakeLayaServer":
+    def script(self, *actions: Action) -> FakeLayaServer:
         """Queue raw :mod:`pytest_laya.faults` actions (Respond, Delay, Handler, ...).
 
         Raw actions are not in :attr:`calls` (they are in :attr:`requests`), but for answers

@@ -49,13 +49,14 @@ def _real_http_connection() -> type:
 
 
 def _install() -> None:
-    base = _real_http_connection()
+    base: Any = _real_http_connection()
     original_connect = base.connect
 
     def connect(self: http.client.HTTPConnection) -> None:
         route = None if getattr(self, "_tunnel_host", None) else _routes.get((str(self.host).lower(), int(self.port)))
         if route is None:
-            return original_connect(self)
+            original_connect(self)
+            return None
         if isinstance(self, http.client.HTTPSConnection):
             raise ConnectionError(f"{self.host}:{self.port} is served in process by pytest-laya's fake, which "
                                   "speaks plain http://; use http:// for it")
@@ -63,7 +64,7 @@ def _install() -> None:
         return None
 
     _patches.append((base, "connect", base.__dict__.get("connect", original_connect)))
-    base.connect = connect  # type: ignore[method-assign]
+    base.connect = connect
     try:
         import urllib3.util.connection as urllib3_connection
     except ImportError:
@@ -158,7 +159,7 @@ class _InMemorySocket:
         if "r" not in mode or "w" in mode:
             raise OSError(f"the in-process socket reads only, not mode {mode!r}")
         self._check_open()
-        return io.BufferedReader(io.BytesIO(self._answer()))  # type: ignore[arg-type]
+        return io.BufferedReader(io.BytesIO(self._answer()))
 
     def settimeout(self, value: float | None) -> None:
         self._timeout = value

@@ -138,7 +138,7 @@ class _Reader:
                 raise _ConnectionDone
             try:
                 data = self._conn.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 if time.monotonic() > self._deadline:
                     raise _ConnectionDone from None
                 continue

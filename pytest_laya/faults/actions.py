@@ -10,7 +10,7 @@ import http
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from pytest_laya.faults._http11 import _TOKEN_CHARS, ReceivedRequest, _tokens
 
@@ -360,4 +360,4 @@ class Handler(Action):
 
 
 #: What a ``default`` may be: an action, or a function computing one from the request.
-DefaultAction = Union[Action, Callable[[ReceivedRequest], Action], None]
+DefaultAction = Action | Callable[[ReceivedRequest], Action] | None

@@ -24,7 +24,7 @@ except (ImportError, AttributeError):  # pragma: no cover - non-Unix platforms
     fcntl = None  # type: ignore[assignment]
     _TIOCOUTQ = None
 
-from pytest_laya.faults._http11 import _BadRequest, _Conn, _ConnectionDone, _Parsed, _Reader, ReceivedRequest
+from pytest_laya.faults._http11 import ReceivedRequest, _BadRequest, _Conn, _ConnectionDone, _Parsed, _Reader
 from pytest_laya.faults.actions import (
     Action,
     DefaultAction,
@@ -337,7 +337,7 @@ class ScriptedServer:
                         continue
                 try:
                     sock, _addr = listener.accept()
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     # Shut down under us (Refuse or stop), or a transient error (EMFILE).
@@ -527,7 +527,7 @@ class ScriptedServer:
                 raise _ConnectionDone
             try:
                 sent = conn.sock.send(view)
-            except socket.timeout:
+            except TimeoutError:
                 if time.monotonic() > deadline:
                     raise _ConnectionDone from None
                 continue

@@ -76,7 +76,7 @@ def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0) 
     )
 
 
-class _CaseInsensitive(dict):  # type: ignore[type-arg]
+class _CaseInsensitive(dict[str, str]):
     """Response headers as a mapping that answers any case (repeated headers joined with ", ")."""
 
     def __init__(self, items: Iterable[tuple[str, str]]) -> None:
@@ -88,7 +88,7 @@ class _CaseInsensitive(dict):  # type: ignore[type-arg]
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key.lower(), default)
 
     def __contains__(self, key: object) -> bool:

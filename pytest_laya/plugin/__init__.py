@@ -67,7 +67,7 @@ def _overridden(item: pytest.Item, name: str) -> bool:
     """Whether the fixture `name` that `item` gets is a project's own, not this plugin's."""
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.get(name) if info is not None else None
-    return bool(defs) and getattr(defs[-1].func, "__module__", __name__) != __name__
+    return defs is not None and bool(defs) and getattr(defs[-1].func, "__module__", __name__) != __name__
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -167,7 +167,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         run.partial.append(f"worker {getattr(node, 'gateway', node)!s} sent no results" + (f" ({error})" if error else ""))
         return
     run.merge(data)
-    if error or output.get("shouldfail") or output.get("shouldstop") or output.get("exitstatus") == int(pytest.ExitCode.INTERRUPTED):
+    interrupted = output.get("exitstatus") == int(pytest.ExitCode.INTERRUPTED)
+    if error or output.get("shouldfail") or output.get("shouldstop") or interrupted:
         run.partial.append("a worker stopped early")
 
 

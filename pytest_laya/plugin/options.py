@@ -45,7 +45,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-url", default=None,
                     help="URL of a live served Laya, e.g. http://127.0.0.1:8000 (default: LAYA_SERVED_URL).")
     group.addoption("--laya-api-key", default=None,
-                    help="bearer token for the live server (default: LAYA_SERVED_API_KEY). Never written to cassettes or reports.")
+                    help="bearer token for the live server (default: LAYA_SERVED_API_KEY). "
+                         "Never written to cassettes or reports.")
     group.addoption("--laya-spec", choices=SPECS, default=None,
                     help="the spec responses are held to: auto (default: what the server declares in its Laya-Spec "
                          "header or /health, or what its cassette was recorded under; else current), current or target.")

@@ -209,7 +209,7 @@ def vcr_config(request: pytest.FixtureRequest) -> CassetteConfig:
         raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from None
 
 
-class FromVcrConfig(dict):  # type: ignore[type-arg]
+class FromVcrConfig(dict[str, Any]):
     """pytest-recording's ``vcr_config``, handed over by the default `laya_vcr_config`."""
 
 
@@ -306,9 +306,10 @@ def _set_recorded_provenance(run: LayaRun, route: TestRoute, check: _SpecCheck) 
 
     handle = route.handle
     assert handle is not None
-    spec = check.claimed or (run.health_of(route.server).spec if run.health_of(route.server) else None) or "current"
+    health = run.health_of(route.server)
+    spec = check.claimed or (health.spec if health else None) or "current"
     try:
-        identity = recorded_identity(handle, run.health_of(route.server), getattr(route.server, "model", None))
+        identity = recorded_identity(handle, health, getattr(route.server, "model", None))
     except Exception:  # noqa: BLE001 - provenance never fails a test
         identity = None
     # A test (or a fixture of the project) may have named the server already (set_provenance).

@@ -88,7 +88,8 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
         tr.line("conformance (each server's responses, against each spec):")
     for row in report["conformance"]:
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
-                f"headers {row['headers_met']}/{row['headers_seen']}, {row['violations']} violations in {row['exchanges']} responses")
+                f"headers {row['headers_met']}/{row['headers_seen']}, "
+                f"{row['violations']} violations in {row['exchanges']} responses")
     if run.verify:
         for number, line in enumerate(run.verify.lines()):
             tr.line(line, red=number > 0)

@@ -82,7 +82,7 @@ def _shown(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def find_unused(run: "LayaRun", root: Path) -> list[str]:
+def find_unused(run: LayaRun, root: Path) -> list[str]:
     """Cassettes pytest-laya wrote, in the cassette directories in use, that no test used."""
 
     def directory_of(module: Path) -> Path:

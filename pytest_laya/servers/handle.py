@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from pytest_laya.cassettes.scrub import RECORDED_ORIGIN
 from pytest_laya.client import ServedLayaClient
-from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.health import Health
+from pytest_laya.wire.identity import ServedIdentity
 
 __all__ = ["ServerHandle", "SERVER_KINDS", "REPLAY_URL"]
 

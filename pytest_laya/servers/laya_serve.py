@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Mapping
 from types import TracebackType
-from typing import IO, Mapping, Optional, Type
+from typing import IO
 
 from pytest_laya.faults.loopback import free_loopback_port
 from pytest_laya.servers.readiness import NotReady, wait_ready
@@ -71,10 +72,10 @@ class LayaServeProcess:
         self,
         checkpoint_dir: os.PathLike[str] | str,
         *,
-        api_key: Optional[str] = None,
-        max_concurrent: Optional[int] = None,
+        api_key: str | None = None,
+        max_concurrent: int | None = None,
         jev_strict: bool = False,
-        extra_env: Optional[Mapping[str, str]] = None,
+        extra_env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 60.0,
         python: str = sys.executable,
     ) -> None:
@@ -90,10 +91,10 @@ class LayaServeProcess:
             raise ValueError("extra_env may not set %s; use the constructor arguments" % ", ".join(clash))
         self.startup_timeout_s = float(startup_timeout_s)
         self.python = python
-        self.port: Optional[int] = None
-        self._proc: Optional[subprocess.Popen] = None
-        self._log_file: Optional[IO[bytes]] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self.port: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_file: IO[bytes] | None = None
+        self._finalizer: weakref.finalize | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -117,7 +118,7 @@ class LayaServeProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> "LayaServeProcess":
+    def start(self) -> LayaServeProcess:
         """Start the server and wait until ``/health`` answers 200. One start per object."""
         if self._proc is not None:
             raise RuntimeError("LayaServeProcess already started")
@@ -147,11 +148,11 @@ class LayaServeProcess:
         """
         self._stop_proc()
 
-    def __enter__(self) -> "LayaServeProcess":
+    def __enter__(self) -> LayaServeProcess:
         return self.start()
 
-    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -74,7 +74,8 @@ class Conformance:
             spec = load()
             violations = spec.violations(exchange.method, exchange.path, exchange.status, exchange.headers, exchange.body)
             operation = f"{exchange.method} {exchange.path.split('?')[0]}"
-            self._tallies[(server, name)].add(operation, spec.documented_headers(exchange.method, exchange.path, exchange.status), violations)
+            documented = spec.documented_headers(exchange.method, exchange.path, exchange.status)
+            self._tallies[(server, name)].add(operation, documented, violations)
             if name == claimed:
                 claimed_violations = violations
         return claimed_violations

@@ -150,7 +150,7 @@ def _number_value(value: Any, keyword: str) -> Any:
     return value
 
 
-def _count_value(value: Any, keyword: str) -> int:
+def _count_value(value: Any, keyword: str) -> int | float:
     # jsonschema compares len(...) with the value; only plain non-negative integers are reproduced.
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
@@ -222,7 +222,9 @@ class _Compiler:
             # A cycle: this pointer is being compiled further up. Look the finished predicate
             # up at validation time (only on recursive schemas).
             def later(x: Any, cell: list[Predicate | None] = cell) -> bool:
-                return cell[0](x)  # type: ignore[misc]
+                finished = cell[0]
+                assert finished is not None
+                return finished(x)
             return later
         cell = [None]
         self.cells[pointer] = cell
@@ -800,7 +802,9 @@ def compile_schema(
     *,
     format_checks: Mapping[str, Callable[[Any], bool]] | None = None,
 ) -> Callable[[Any], bool] | None:
-    """Predicate equivalent to Draft202012Validator({"$ref": "#"+pointer}) with the whole document as the root resource, or None when the schema uses something this compiler does not support (then the caller keeps using jsonschema).
+    """Predicate equivalent to Draft202012Validator({"$ref": "#"+pointer}) with the whole document as
+    the root resource, or None when the schema uses something this compiler does not support (then
+    the caller keeps using jsonschema).
 
     `format_checks` maps format names to the checks the caller's FormatChecker makes (a check
     that returns falsy or raises is a failure). A schema naming any other format is

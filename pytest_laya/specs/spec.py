@@ -198,7 +198,7 @@ class Spec:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_path(cls, path: str | Path, *, name: str | None = None) -> "Spec":
+    def from_path(cls, path: str | Path, *, name: str | None = None) -> Spec:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -213,12 +213,12 @@ class Spec:
         return cls(document, name=name or path.name.split(".openapi")[0], source=str(path))
 
     @classmethod
-    def current(cls) -> "Spec":
+    def current(cls) -> Spec:
         """What today's servers do (laya-serve 0.4.15 and 0.3.20, system1-omni's worker, omni-jev)."""
         return _bundled(CURRENT_SPEC_FILE, "current")
 
     @classmethod
-    def target(cls) -> "Spec":
+    def target(cls) -> Spec:
         """What a served Laya should do; the reference server implements it."""
         return _bundled(TARGET_SPEC_FILE, "target")
 
@@ -395,7 +395,10 @@ class Spec:
     ) -> list[Violation]:
         empty = body is None or (isinstance(body, (bytes, bytearray, str)) and len(body) == 0)
         if not content:
-            return [] if empty else [Violation(where, f"no {kind} body", _short(body if not isinstance(body, bytes) else body[:_SHORT].decode("utf-8", "replace")), rule="#" + pointer)]
+            if empty:
+                return []
+            shown = body if not isinstance(body, bytes) else body[:_SHORT].decode("utf-8", "replace")
+            return [Violation(where, f"no {kind} body", _short(shown), rule="#" + pointer)]
         media = _media_of(headers)
         if media is None:
             if default_media and len(content) == 1:
@@ -417,7 +420,8 @@ class Spec:
             try:
                 instance = bytes(body).decode("utf-8")
             except UnicodeDecodeError as exc:
-                return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})", rule="#" + media_pointer)]
+                return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})",
+                                  rule="#" + media_pointer)]
         if _JSON_MEDIA.match(chosen) and isinstance(instance, str):
             try:
                 instance = json.loads(instance)
@@ -461,7 +465,8 @@ def _routes(document: Mapping[str, Any]) -> list[tuple[re.Pattern[str], dict[str
         item = document["paths"][path]
         pattern = re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path)))
         ops = {
-            method: Operation(method=method, path=path, pointer=f"/paths/{json_pointer.escape(path)}/{method}", definition=item[method])
+            method: Operation(method=method, path=path, pointer=f"/paths/{json_pointer.escape(path)}/{method}",
+                              definition=item[method])
             for method in _METHODS
             if isinstance(item, Mapping) and isinstance(item.get(method), Mapping)
         }
@@ -517,6 +522,6 @@ def _bundled_path(filename: str) -> Path:
     return Path(__file__).resolve().parents[2] / "specs" / filename
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bundled(filename: str, name: str) -> Spec:
     return Spec.from_path(_bundled_path(filename), name=name)

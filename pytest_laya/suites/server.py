@@ -26,12 +26,9 @@ from typing import Any
 import pytest
 
 from pytest_laya.client import DECIDE_PATH
-from pytest_laya.wire.decision import Choice, Decision, parse_answers
-from pytest_laya.wire.errors import LayaError
-from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.servers import ServerHandle
-from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.servers.claimed_spec import DEFAULT_SPEC
+from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (
     CONTRACT_SECTION,
     MEASURED_SECTION,
@@ -43,6 +40,9 @@ from pytest_laya.suites.server_under_test import (
     resolve_limits,
     resolve_spec,
 )
+from pytest_laya.wire.decision import Choice, Decision, parse_answers
+from pytest_laya.wire.errors import LayaError
+from pytest_laya.wire.questions import normalize_questions
 
 BATCH_PATH = "/v1/systemone/batch"
 #: Two answers to one request "are the same" when they decide the same and no probability
@@ -252,7 +252,8 @@ def test_empty_questions_are_a_400(check: Check) -> None:
 
 
 def test_an_unknown_question_type_is_a_422_naming_it(check: Check) -> None:
-    x = check.server.post({"state": STATE, "questions": {"mood": {"type": "ranking", "instructions": "How does the customer feel?"}}})
+    ranking = {"type": "ranking", "instructions": "How does the customer feel?"}
+    x = check.server.post({"state": STATE, "questions": {"mood": ranking}})
     body = check.expect(x, 422, "a question of unknown type 'ranking'", code="invalid_question")
     if check.spec_name == "target":
         named = {e.get("question") for e in body.get("errors", []) if isinstance(e, dict)}
@@ -271,7 +272,8 @@ def test_every_invalid_question_is_named(check: Check) -> None:
     if check.spec_name == "target":
         named = {e.get("question") for e in body.get("errors", []) if isinstance(e, dict)}
         if named != {"mood", "team"}:
-            check.fail(f"the 422 must name exactly the invalid questions 'mood' and 'team' in errors[], got {sorted(map(str, named))}")
+            check.fail("the 422 must name exactly the invalid questions 'mood' and 'team' in errors[], "
+                       f"got {sorted(map(str, named))}")
     elif not all(f"'{qid}'" in x.body.decode("utf-8", "replace") or f'"{qid}"' in x.body.decode("utf-8", "replace")
                  for qid in ("mood", "team")):
         check.target_gap(f"the 422 names only some of the invalid questions ({check.server.describe(x)}); "
@@ -333,7 +335,7 @@ def test_a_wrong_or_missing_token_is_a_401(check: Check) -> None:
         x = check.server.post(GOOD, headers=headers, auth=False)
         check.expect(x, 401, f"a decision request with {what}", code="unauthorized")
         seen = x.body.decode("utf-8", "replace") + "\n".join(x.headers.values())
-        if wrong in seen or check.server.api_key.reveal() in seen:
+        if wrong in seen or (check.server.api_key is not None and check.server.api_key.reveal() in seen):
             check.fail(f"the 401 to a request with {what} shows a token (redacted here as ***): {check.server.describe(x)}")
 
 
@@ -361,7 +363,7 @@ def _orders(question: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The question with its options reversed, and rotated by one."""
     criteria = question["criteria"]
     items = list(criteria.items()) if isinstance(criteria, dict) else list(criteria)
-    permuted = []
+    permuted: list[Mapping[str, Any]] = []
     for order in (items[::-1], items[1:] + items[:1]):
         permuted.append({**question, "criteria": dict(order) if isinstance(criteria, dict) else order})
     return permuted
@@ -370,6 +372,7 @@ def _orders(question: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def test_measure_option_order_flip_rate(check: Check) -> None:
     pairs = []
     for state, question in ORDER_PROBES:
+        assert isinstance(question, Mapping)
         reference = _decide(check, state, {"q": question})["q"]
         pairs += [(reference, _decide(check, state, {"q": permuted})["q"]) for permuted in _orders(question)]
     result = compare(pairs)

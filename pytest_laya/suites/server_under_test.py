@@ -29,12 +29,12 @@ import httpx
 import pytest
 
 from pytest_laya.client import DECIDE_PATH, Exchange, ServedLayaClient
-from pytest_laya.specs.conformance import SpecViolationError
-from pytest_laya.wire.decision import Decision
-from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.client.settings import redact_url
 from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
+from pytest_laya.specs.conformance import SpecViolationError
+from pytest_laya.wire.decision import Decision
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 
 __all__ = [
     "LIMIT_NAMES",
@@ -155,13 +155,24 @@ class ServerUnderTest:
         self.rule_gaps: dict[tuple[str, str], dict[str, dict[int, None]]] = {}
         #: Measurement lines, noted in the summary after the gaps.
         self.measurements: list[str] = []
-        self.limits: Limits | None = None
+        self._limits: Limits | None = None
         self.health: Any = None
         #: The status of the run's first GET /health (404: the server has none).
         self.health_status: int | None = None
         self._client: ServedLayaClient | None = None
         #: (path, message) of spec violations not reported yet, each waiting for its status to be checked.
         self._pending: list[tuple[str, str]] = []
+
+    @property
+    def limits(self) -> Limits:
+        """The limits the checks hold the server to, resolved once at the session's start."""
+        if self._limits is None:
+            raise RuntimeError("the server's limits are resolved when the session starts; none are set yet")
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: Limits) -> None:
+        self._limits = limits
 
     def hold_to(self, spec_name: str, observe: Callable[[Exchange], None]) -> None:
         """From now on, hold every response to `spec_name` through `observe` (the plugin's observer)."""

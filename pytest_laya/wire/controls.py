@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from pytest_laya.wire.problems import Problem
 
@@ -63,7 +63,7 @@ class RequestControls:
 
     max_len: int | None = None
     head_max_len: int | None = None
-    min_confidence: Union[float, Mapping[str, float], None] = None
+    min_confidence: float | Mapping[str, float] | None = None
 
 
 def _threshold(value: Any) -> float | None:
@@ -72,7 +72,7 @@ def _threshold(value: Any) -> float | None:
     return float(value) if 0.0 <= value <= 1.0 else None
 
 
-def _min_confidence(value: Any) -> tuple[Union[float, dict[str, float], None], str | None]:
+def _min_confidence(value: Any) -> tuple[float | dict[str, float] | None, str | None]:
     """(the validated threshold or map, None), or (None, what is wrong): laya's own rule."""
     if isinstance(value, Mapping):
         if not value:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from pytest_laya.wire.errors import LayaCallError
 from pytest_laya.wire.identity import ServedIdentity
@@ -71,7 +71,7 @@ class Noul:
     type: str = field(default="noul", init=False)
 
 
-Answer = Union[Choice, Score, Noul]
+Answer = Choice | Score | Noul
 
 
 @dataclass(frozen=True)

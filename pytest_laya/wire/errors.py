@@ -59,7 +59,7 @@ class LayaError(Exception):
         status: int | None = None,
         request_id: str | None = None,
         url: str | None = None,
-    ) -> "LayaError":
+    ) -> LayaError:
         """Fill in what the raiser did not know (the wire layer knows no request id)."""
         if status is not None and self.status is None:
             self.status = status

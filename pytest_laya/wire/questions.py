@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pytest_laya.wire.errors import LayaConfigError
 
@@ -70,7 +70,7 @@ class NoulQuestion:
         return wire
 
 
-QuestionSpec = Union[ChoiceQuestion, ScoreQuestion, NoulQuestion, Mapping[str, Any]]
+QuestionSpec = ChoiceQuestion | ScoreQuestion | NoulQuestion | Mapping[str, Any]
 Questions = Mapping[str, QuestionSpec]
 
 

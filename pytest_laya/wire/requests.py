@@ -269,7 +269,8 @@ def _noul_problem(where: str, definition: Mapping[str, Any]) -> tuple[str, str] 
                 f"'false' descriptions, or none, got {_kind(criteria)}")
     for key, description in criteria.items():
         if key not in ("true", "false"):
-            return join(join(where, "criteria"), key), f"a noul question's criteria are keyed only 'true' and 'false', not {key!r}"
+            return (join(join(where, "criteria"), key),
+                    f"a noul question's criteria are keyed only 'true' and 'false', not {key!r}")
         if not isinstance(description, str):
             return join(join(where, "criteria"), key), f"criteria {key!r} must be a string, got {_kind(description)}"
     return None

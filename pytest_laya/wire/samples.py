@@ -79,7 +79,8 @@ VARIED_REQUESTS: tuple[SampleRequest, ...] = (
                   {"topic": _choice("Topic?", [f"topic {i}" for i in range(12)])}),
     # English, every type and option count.
     SampleRequest("en-choice-2", "en", "The invoice shows a charge I do not recognise.",
-                  {"team": _choice("Which team should handle this?", {"billing": _TEAMS["billing"], "technical": _TEAMS["technical"]})}),
+                  {"team": _choice("Which team should handle this?",
+                                   {"billing": _TEAMS["billing"], "technical": _TEAMS["technical"]})}),
     SampleRequest("en-choice-4", "en", "I cannot log in since I changed my password yesterday.",
                   {"team": _choice("Which team should handle this?", dict(_TEAMS))}),
     SampleRequest("en-choice-5-list", "en", "The parcel arrived damaged and the box was open.",

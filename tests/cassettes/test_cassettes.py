@@ -238,7 +238,7 @@ def test_a_failed_test_keeps_the_old_cassette(cassette_file):
         with live() as server, use_cassette(cassette_file, record=True, api_key=KEY):
             with ServedLayaClient(server.url, api_key=KEY) as client:
                 client.decide("another bad run", NOUL)
-            1 / 0
+            raise ZeroDivisionError("the test fails after recording")
     assert cassette_file.read_bytes() == good
 
 
@@ -598,7 +598,8 @@ def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
     from vcr import matchers
     from vcr.request import Request
 
-    from pytest_laya.cassettes.matching import laya_body_matcher as _laya_body_matcher, match_key
+    from pytest_laya.cassettes.matching import laya_body_matcher as _laya_body_matcher
+    from pytest_laya.cassettes.matching import match_key
 
     bodies = [b'{"a": 1, "b": [1, 2]}', b'{"b":[1,2],"a":1}', b'{"a": 1.0, "b": [1, 2]}', b'{"a": "\\u00e9"}',
               '{"a": "é"}'.encode(), b"not json", b"not  json", b"", None]

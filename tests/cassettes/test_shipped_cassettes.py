@@ -26,8 +26,8 @@ import yaml
 
 from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient, Spec
 from pytest_laya.cassettes import REDACTED, use_cassette
-from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.servers import REPLAY_URL
+from pytest_laya.wire.decision import Choice, Noul, Score
 
 ROOT = Path(__file__).resolve().parents[2]
 CASSETTES = ROOT / "cassettes"

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 import pytest_laya
-
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient
 from pytest_laya.client.secret import Secret
-from pytest_laya.faults import Respond, ResetBeforeHeaders, ScriptedServer
+from pytest_laya.faults import ResetBeforeHeaders, Respond, ScriptedServer
 from tests.client.test_client_hostile import ANSWER, NO_SERVED_BY, QUESTIONS
 
 KEY = "sk-canary/7f3a+9c2e=5b1d4e60"

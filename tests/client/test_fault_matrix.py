@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient
-from pytest_laya.wire.decision import Decision
 from pytest_laya.fake import FakeLaya, FakeLayaServer
 from pytest_laya.faults import Respond
+from pytest_laya.wire.decision import Decision
 
 DEADLINE_S = 1.0
 BOUND_S = 0.75  # scheduling headroom on a busy CI box; the measured overshoot is printed

@@ -16,8 +16,8 @@ import pytest
 from pytest_laya import Spec
 from pytest_laya.contract import DecisionModelContract, scripted_laya_model, scripted_served_model
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, FakeLayaServer
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.models import LayaModel, ServedLayaModel
+from pytest_laya.servers.laya_serve import LayaServeProcess
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402

@@ -24,12 +24,12 @@ except ImportError:  # pragma: no cover - without the reference extra
 
 from pytest_laya import Spec
 from pytest_laya.__main__ import main, pytest_arguments
-from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare
 from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
+from pytest_laya.wire.decision import Choice, Noul, Score
 from tests.helpers.servers import reference_server  # noqa: E402
 
 KEY = "sk-contract-canary-9d41"
@@ -228,7 +228,7 @@ def _least_probable_choice(fake: FakeLayaServer, request: ReceivedRequest) -> Re
     return _rewritten(response, body)
 
 
-def _noul_drifting(fake: FakeLayaServer, request: ReceivedRequest, calls=[0]) -> Respond:
+def _noul_drifting(fake: FakeLayaServer, request: ReceivedRequest, calls=[0]) -> Respond:  # noqa: B006 - the count lives across calls
     # Each decision moves every yes/no answer on by 0.37 (mod 1): no two answers within a few
     # calls of each other are within 0.04, so the run fails the same way every time.
     response = fake.normal_response(request)

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 
 from pytest_laya import LayaCallError, ServedLayaClient
 from pytest_laya import strategies as laya_st
-from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServer, count_tokens, rank
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
-from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA, recording
+from pytest_laya.wire.decision import Choice, Noul, Score
+from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA
+from tests.helpers.recorded import recording
 
 SPECS = {TARGET: Spec.target, LAYA_SERVE: Spec.current}
 STATE = "I was charged twice for my order. Please refund the duplicate today."

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from pytest_laya import Choice, LayaCallError, ServedLayaClient, Spec
-from pytest_laya.wire.decision import parse_answers
 from pytest_laya.fake import LAYA_SERVE, FakeLaya
 from pytest_laya.servers.laya_serve import LayaServeProcess
+from pytest_laya.wire.decision import parse_answers
 from pytest_laya.wire.questions import normalize_questions, option_key
 
 STATE = "I was charged twice for my order."

@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from pytest_laya.wire.decision import Choice, Noul, Score
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.models import LayaModel, ServedLayaModel
+from pytest_laya.servers.laya_serve import LayaServeProcess
+from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.wire.samples import VARIED_REQUESTS
 

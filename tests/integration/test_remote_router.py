@@ -7,7 +7,6 @@ loaded, and turn refusals into its own error codes, as it does against laya-serv
 
 from __future__ import annotations
 
-
 import pytest
 
 from pytest_laya.wire.samples import VARIED_REQUESTS
@@ -15,9 +14,10 @@ from pytest_laya.wire.samples import VARIED_REQUESTS
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from laya.confidence import jev_confidence  # noqa: E402
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
-from reference_server.app import create_app  # noqa: E402
-from pytest_laya.wire.identity import local_checkpoint_revision  # noqa: E402
+
 from pytest_laya.servers import wait_ready
+from pytest_laya.wire.identity import local_checkpoint_revision  # noqa: E402
+from reference_server.app import create_app  # noqa: E402
 from reference_server.serving import ServerThread  # noqa: E402
 from reference_server.settings import ServerSettings  # noqa: E402
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402

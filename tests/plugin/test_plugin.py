@@ -7,9 +7,9 @@ import json
 import httpcore  # noqa: F401
 import httpx  # noqa: F401
 import pytest
-import yaml
 import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
+import yaml
 
 from pytest_laya.fake import FakeLayaServer
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from pytest_laya.client import Exchange
-from pytest_laya.specs.conformance import Conformance
 from pytest_laya.fake import FakeLaya, FakeLayaServer
+from pytest_laya.specs.conformance import Conformance
 
 pytest.importorskip("xdist")
 

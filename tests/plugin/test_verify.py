@@ -15,8 +15,8 @@ import pytest
 import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
 
-from pytest_laya.fake import FakeLayaServer
 from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE, compare_responses
+from pytest_laya.fake import FakeLayaServer
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class (as tests/plugin/test_plugin.py does).

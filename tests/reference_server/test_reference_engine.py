@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ TOL = 1e-4 + 1e-9  # laya rounds to 4 decimals; one flipped last digit is 1e-4 p
 
 # ------------------------------------------------------------------------------------ data
 
-def _choice(n: int, instructions: str = "Which option fits best?") -> Dict[str, Any]:
+def _choice(n: int, instructions: str = "Which option fits best?") -> dict[str, Any]:
     labels = ["billing", "technical", "shipping", "account", "refund", "fraud", "sales",
               "legal", "privacy", "feedback", "outage", "other"][:n]
     return {"type": "choice", "instructions": instructions,
@@ -65,7 +66,7 @@ MIXED = {
     "route": _choice(7),
 }
 
-PARITY_CASES: List[Tuple[Any, Dict[str, Any]]] = [
+PARITY_CASES: list[tuple[Any, dict[str, Any]]] = [
     ("I was charged twice for my order. Please refund the duplicate today.", TRIAGE),
     ("The app crashes every time I open it since yesterday's update.", TWELVE),
     ("Mein Konto wurde zweimal belastet, bitte erstatten Sie den Betrag.", TRIAGE),
@@ -84,9 +85,9 @@ PARITY_CASES: List[Tuple[Any, Dict[str, Any]]] = [
 ]
 
 
-def _flat(answers: Mapping[str, Mapping[str, Any]]) -> Dict[Tuple[str, str], float]:
+def _flat(answers: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, str], float]:
     """Every number that must agree: probabilities, noul, score, confidences, act_probability."""
-    out: Dict[Tuple[str, str], float] = {}
+    out: dict[tuple[str, str], float] = {}
     for qid, answer in answers.items():
         for key, value in (answer.get("probabilities") or {}).items():
             out[(qid, "p:" + key)] = float(value)
@@ -141,7 +142,7 @@ def agent(checkpoint_dir: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def singles(engine: LayaEngine) -> List[DecisionResult]:
+def singles(engine: LayaEngine) -> list[DecisionResult]:
     return [engine.predict("tiny", [DecisionRequest(s, q)])[0] for s, q in PARITY_CASES]
 
 
@@ -151,8 +152,8 @@ class Counting:
     def __init__(self, inner: LayaEngine, delay: float = 0.0) -> None:
         self.inner = inner
         self.delay = delay
-        self.calls: List[int] = []
-        self.threads: List[str] = []
+        self.calls: list[int] = []
+        self.threads: list[str] = []
 
     @property
     def models(self) -> Mapping[str, ModelIdentity]:
@@ -166,13 +167,13 @@ class Counting:
     def ready(self) -> bool:
         return self.inner.ready
 
-    def configured(self) -> List[str]:
+    def configured(self) -> list[str]:
         return self.inner.configured()
 
     def load(self) -> None:
         self.inner.load()
 
-    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+    def predict(self, model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]:
         self.calls.append(len(requests))
         self.threads.append(threading.current_thread().name)
         if self.delay:
@@ -183,8 +184,8 @@ class Counting:
         pass
 
 
-def _refusing_sockets(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
-    attempts: List[Any] = []
+def _refusing_sockets(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    attempts: list[Any] = []
 
     def refuse(self: socket.socket, address: Any) -> None:
         attempts.append(address)
@@ -279,7 +280,7 @@ def test_names_and_sources_are_checked_without_loading(checkpoint_dir: str) -> N
 
 
 def test_read_only_question_mappings_are_accepted(engine: LayaEngine,
-                                                  singles: List[DecisionResult]) -> None:
+                                                  singles: list[DecisionResult]) -> None:
     from types import MappingProxyType
 
     state, questions = PARITY_CASES[4]
@@ -304,20 +305,20 @@ def test_laya_rejected_question_is_a_value_error(engine: LayaEngine) -> None:
 
 
 def test_single_predictions_equal_laya_in_process(engine: LayaEngine, agent: Any,
-                                                   singles: List[DecisionResult]) -> None:
+                                                   singles: list[DecisionResult]) -> None:
     worst = 0.0
     for (state, questions), result in zip(PARITY_CASES, singles):
         want = agent.predict(state, questions)
         worst = max(worst, _max_diff(result.answers, want["answers"]))
         assert result.usage == want["usage"]
-        for qid, answer in result.answers.items():
+        for answer in result.answers.values():
             # laya-serve's wire: x_jev_confidence on choice and score answers only
             assert ("x_jev_confidence" in answer) == (answer["type"] in ("choice", "score"))
     assert worst <= TOL, worst
 
 
 def test_single_predictions_equal_laya_router(engine: LayaEngine, checkpoint_dir: str,
-                                              singles: List[DecisionResult]) -> None:
+                                              singles: list[DecisionResult]) -> None:
     """laya-serve's path: Router(models=...) and router.predict(..., model=name)."""
     from laya import Router
 
@@ -329,14 +330,14 @@ def test_single_predictions_equal_laya_router(engine: LayaEngine, checkpoint_dir
 
 
 def test_heterogeneous_batch_equals_singles(engine: LayaEngine,
-                                            singles: List[DecisionResult],
+                                            singles: list[DecisionResult],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     picks = [0, 4, 2, 1, 7, 8, 5, 3]  # 8 requests: different states and question sets, repeats
     agent = engine._router.load("tiny")  # count laya's forward-pass groups
-    groups: List[int] = []
+    groups: list[int] = []
     original = agent.predict_batch
 
-    def counting(states: List[Any], questions: Dict[str, Any], **kw: Any) -> Any:
+    def counting(states: list[Any], questions: dict[str, Any], **kw: Any) -> Any:
         groups.append(len(states))
         return original(states, questions, **kw)
 
@@ -362,7 +363,7 @@ def test_heterogeneous_batch_equals_singles(engine: LayaEngine,
 # ------------------------------------------------------------------------------------ batcher
 
 async def test_concurrent_submits_share_batches(engine: LayaEngine,
-                                                singles: List[DecisionResult]) -> None:
+                                                singles: list[DecisionResult]) -> None:
     counting = Counting(engine)
     batcher = MicroBatcher(counting, max_batch=16, window_ms=50)
     picks = [i % len(PARITY_CASES) for i in range(12)]
@@ -380,13 +381,13 @@ async def test_concurrent_submits_share_batches(engine: LayaEngine,
 
 
 async def test_passes_run_batches_at_once_and_never_more(engine: LayaEngine,
-                                                         singles: List[DecisionResult]) -> None:
+                                                         singles: list[DecisionResult]) -> None:
     counting = Counting(engine, delay=0.3)
     overlap = {"now": 0, "most": 0}
     lock = threading.Lock()
     real_predict = counting.predict
 
-    def predict(model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+    def predict(model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]:
         with lock:
             overlap["now"] += 1
             overlap["most"] = max(overlap["most"], overlap["now"])
@@ -426,7 +427,7 @@ async def test_max_batch_caps_a_batch(engine: LayaEngine) -> None:
 async def test_event_loop_stays_responsive_while_a_batch_runs(engine: LayaEngine) -> None:
     counting = Counting(engine, delay=0.4)  # the worker is busy for at least 400 ms
     batcher = MicroBatcher(counting, max_batch=16, window_ms=0)
-    gaps: List[float] = []
+    gaps: list[float] = []
     stop = asyncio.Event()
 
     async def tick() -> None:
@@ -450,7 +451,7 @@ async def test_event_loop_stays_responsive_while_a_batch_runs(engine: LayaEngine
 
 
 async def test_a_rejected_question_fails_only_its_caller(engine: LayaEngine,
-                                                         singles: List[DecisionResult]) -> None:
+                                                         singles: list[DecisionResult]) -> None:
     counting = Counting(engine)
     batcher = MicroBatcher(counting, max_batch=16, window_ms=50)
     bad = {"department": {"type": "choice", "instructions": "Which team?", "criteria": ["a", "a"]}}
@@ -476,7 +477,7 @@ async def test_unknown_model_through_the_batcher(engine: LayaEngine) -> None:
 
 
 async def test_cancelled_callers_do_not_break_their_batch(engine: LayaEngine,
-                                                          singles: List[DecisionResult]) -> None:
+                                                          singles: list[DecisionResult]) -> None:
     counting = Counting(engine, delay=0.2)
     batcher = MicroBatcher(counting, max_batch=16, window_ms=30)
     # Batch 1 runs for 200 ms; one of its callers goes away while it runs.
@@ -521,7 +522,7 @@ async def test_aclose_finishes_in_flight_work_and_is_idempotent(engine: LayaEngi
 
 async def test_aclose_without_any_submit() -> None:
     class Never:
-        def predict(self, model: str, requests: Sequence[DecisionRequest]) -> List[DecisionResult]:
+        def predict(self, model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]:
             raise AssertionError("not called")
 
     batcher = MicroBatcher(Never())  # type: ignore[arg-type]
@@ -538,7 +539,7 @@ def test_one_loop_at_a_time_and_aclose_from_another_loop(engine: LayaEngine) -> 
     assert first.batch_size == second.batch_size == 1
 
     # While it serves a running loop in another thread, another loop may not submit...
-    outcome: Dict[str, Any] = {}
+    outcome: dict[str, Any] = {}
     started = threading.Event()
 
     def serve() -> None:

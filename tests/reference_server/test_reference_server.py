@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from pytest_laya import Spec
-from reference_server.app import create_app
 from pytest_laya.servers import wait_ready
+from reference_server.app import create_app
 from reference_server.serving import ServerThread
 from reference_server.settings import Limits, ServerSettings
 from tests.helpers.scripted_engine import ScriptedEngine

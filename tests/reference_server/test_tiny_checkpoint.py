@@ -14,7 +14,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import pathlib
 import socket
-from typing import Any, Dict, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,7 @@ def agent(shipped: pathlib.Path) -> Iterator[Any]:
     yield loaded
 
 
-def _department(agent: Any, state: str) -> Dict[str, float]:
+def _department(agent: Any, state: str) -> dict[str, float]:
     return agent.system_one(state, DEPARTMENT)["answers"]["department"]["probabilities"]
 
 

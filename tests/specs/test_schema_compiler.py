@@ -14,11 +14,11 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs import Spec
+from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs.spec import _formats
 from pytest_laya.wire.pointer import escape as _escape
-from tests.helpers.recorded import LAYA_SERVE, REFERENCE, SYSTEM1, LAYA_SERVE_STRICT, recording, recordings
+from tests.helpers.recorded import LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE, SYSTEM1, recording, recordings
 
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
 URI = "urn:test:schema-compiler"

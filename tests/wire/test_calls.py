@@ -110,7 +110,7 @@ def test_calls_assertions_print_what_differs():
     with pytest.raises(AssertionError, match="expected no call, got 2"):
         calls.assert_not_called()
     with pytest.raises(AssertionError, match="no call was made"):
-        Calls().last
+        _ = Calls().last
     Calls().assert_not_called()
 
 

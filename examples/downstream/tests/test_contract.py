@@ -1,8 +1,8 @@
 """SupportTriage holds to pytest-laya's DecisionModel contract, over replayed decisions."""
 
 import pytest
-
 from acme_triage import SupportTriage
+
 from pytest_laya.contract import DecisionModelContract, scripted_served_model
 
 
