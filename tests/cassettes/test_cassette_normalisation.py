@@ -8,6 +8,7 @@ call, which is exactly what made re-recorded reference-server cassettes differ.
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from pytest_laya import LayaCallError, ServedLayaClient
 from pytest_laya.cassettes import RECORDED_REQUEST_ID, use_cassette
@@ -21,10 +22,10 @@ def record(path, *, raw_id: str | None = None) -> None:
     with FakeLayaServer() as server, use_cassette(path, record=True) as cassette:
         with ServedLayaClient(server.url) as client:
             client.decide("I was charged twice.", NOUL)
-            try:
-                client.decide("x" * 50_001, NOUL)  # 413 state_too_large, with the client's request id
-            except LayaCallError:
-                pass
+            # A 413 state_too_large, with the client's request id: recorded like any answer.
+            with pytest.raises(LayaCallError) as refused:
+                client.decide("x" * 50_001, NOUL)
+            assert (refused.value.status, refused.value.server_code) == (413, "state_too_large")
         headers = {"X-Request-Id": raw_id} if raw_id else {}
         httpx.post(server.url + "/v1/systemone", content=b"{not json", headers={"Content-Type": "application/json", **headers})
     assert cassette.outcome in ("written", "unchanged")
