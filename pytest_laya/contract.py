@@ -281,6 +281,20 @@ def _comparable(decision: Decision) -> tuple[Any, Any]:
     return dict(decision.answers), getattr(decision.usage, "input_tokens", None)
 
 
+def _refused_as_config_error(call: Callable[[], Any], what: str) -> None:
+    """`call` must raise `LayaConfigError`; anything else fails the check, saying what happened."""
+    try:
+        result = call()
+    except LayaConfigError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the contract reports, it does not crash
+        wrong = f"raised {type(exc).__name__} ({exc}), not LayaConfigError"
+    else:
+        answered = dict(result.answers) if isinstance(result, Decision) else result
+        wrong = f"returned {answered!r} instead of raising LayaConfigError: nothing to answer is the caller's mistake"
+    pytest.fail(f"{what} {wrong}", pytrace=False)  # outside the handler: one message, no chained traceback
+
+
 # --------------------------------------------------------------------------- the contract
 
 
@@ -319,6 +333,7 @@ class DecisionModelContract:
         return usable
 
     def _check(self, model: Any, checks: Iterable[str], wanted: str | None = None) -> None:
+        """Send each request with `wanted` questions (any, if None); judge the `wanted` answers only."""
         checks = tuple(checks)
         broken: list[str] = []
         for rid, state, questions in self._requests(model, wanted):
@@ -327,7 +342,8 @@ class DecisionModelContract:
             except LayaError as exc:
                 broken.append(f"{rid}: decide raised {type(exc).__name__}: {exc}")
                 continue
-            broken += [f"{rid}: {p}" for p in decision_problems(questions, decision, checks=checks)]
+            judged = _only(questions, (wanted,)) if wanted else questions
+            broken += [f"{rid}: {p}" for p in decision_problems(judged, decision, checks=checks)]
         if broken:
             pytest.fail(f"{getattr(model, 'name', model)!s} broke the contract ({', '.join(checks)}):\n  "
                         + "\n  ".join(broken), pytrace=False)
@@ -429,8 +445,7 @@ class DecisionModelContract:
     # -- refusals ---------------------------------------------------------------------------
 
     def test_empty_questions_are_a_config_error(self, decision_model: Any) -> None:
-        with pytest.raises(LayaConfigError):
-            decision_model.decide("Any state.", {})
+        _refused_as_config_error(lambda: decision_model.decide("Any state.", {}), "decide('Any state.', {})")
 
     def test_unsupported_question_types_are_a_config_error(self, decision_model: Any) -> None:
         cases: dict[str, Any] = {"an unknown type": {"type": "essay", "instructions": "Write an essay."}}
@@ -481,14 +496,21 @@ class DecisionModelContract:
                     f"{rid}: adecide answered {dict(async_.answers)}, decide {dict(sync.answers)}")
             else:
                 assert list(async_.answers) == list(sync.answers)
-        with pytest.raises(LayaConfigError):
-            run_coroutine(lambda: decision_model.adecide("Any state.", {}))
+        _refused_as_config_error(lambda: run_coroutine(lambda: decision_model.adecide("Any state.", {})),
+                                 "adecide('Any state.', {})")
 
     def test_close_twice_is_safe(self, decision_model: Any) -> None:
         rid, state, questions = self._requests(decision_model)[0]
         decision_model.decide(state, questions)
         decision_model.close()
-        decision_model.close()
+        try:
+            decision_model.close()
+        except Exception as exc:  # noqa: BLE001 - the contract reports, it does not crash
+            error = exc
+        else:
+            return
+        pytest.fail(f"close() a second time raised {type(error).__name__}: {error}; closing twice must be safe",
+                    pytrace=False)
 
 
 # --------------------------------------------------------------------------- scripted models

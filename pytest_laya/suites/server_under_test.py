@@ -162,6 +162,9 @@ class ServerUnderTest:
         self._client: ServedLayaClient | None = None
         #: (path, message) of spec violations not reported yet, each waiting for its status to be checked.
         self._pending: list[tuple[str, str]] = []
+        #: path -> the last response observed from it, as it came: the served client hands
+        #: answers back in the order asked, whatever order the server sent them in.
+        self.last_response: dict[str, Exchange] = {}
 
     @property
     def limits(self) -> Limits:
@@ -228,6 +231,7 @@ class ServerUnderTest:
         decision the client accepted); otherwise it waits in `pending_violations`, to follow the
         message about the status.
         """
+        self.last_response[exchange.path] = exchange
         if self.spec_name == "current":
             for v in Spec.target().violations(exchange.method, exchange.path, exchange.status,
                                               exchange.headers, exchange.body):
