@@ -6,6 +6,11 @@ import os
 
 import pytest
 
+# pytester's in-process runs drop the modules first imported inside them. PyYAML's C loader
+# cannot be imported a second time in one process (a later load fails on "the tag None"), so
+# it is imported once here, before any inner run can be the first to.
+import yaml  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 

@@ -1,0 +1,421 @@
+"""A broken twin for every check of the server contract (pytest_laya.suites.server).
+
+Each twin is a loopback server (a `ScriptedServer`) that answers as the fake does, but for one
+defect, written as a function rewriting the request it got or the fake's normal response.
+`SERVER_TWINS` is the table: check name -> the twins that check must fail, and the words its
+failure message must contain. tests/contract/test_server_contract_twins.py runs the whole suite
+against each twin and holds it to exactly the failures the table names. A check that only
+measures (``test_measure_*``) cannot fail by design: `MEASUREMENT_ONLY` names it with the
+reason, and a twin that moves what it measures, to be seen in the summary.
+
+Adding a check to the suite without a twin here fails the meta-test, which names the check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_laya.fake import FakeLayaServer
+from pytest_laya.faults import ReceivedRequest, Respond
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
+
+__all__ = ["KEY", "MEASUREMENT_ONLY", "SERVER_TWINS", "BrokenServer", "Measured", "answering"]
+
+#: The key every twin is served with, so the two token checks run too.
+KEY = "sk-twin-canary-5e07"
+DECIDE = "/v1/systemone"
+BATCH = "/v1/systemone/batch"
+
+Fault = Callable[["Fakes", ReceivedRequest], Respond]
+
+
+@dataclass(frozen=True)
+class Fakes:
+    """The fake's answers, with the key (`keyed`) and without one (`open`); never started."""
+
+    keyed: FakeLayaServer
+    open: FakeLayaServer
+    #: Counts the decisions a fault has seen, for a fault that changes from one to the next.
+    counter: Iterator[int] = field(default_factory=itertools.count)
+
+
+@dataclass(frozen=True)
+class BrokenServer:
+    """A server with one defect, and what the suite must say about it."""
+
+    defect: str
+    fault: Fault
+    #: Words the failure message of the check must contain.
+    words: str
+    #: The spec the run holds the server to, and the fake flavour that keeps it.
+    spec: str = "target"
+    flavor: str = "target"
+    #: Checks that must fail beside the one the twin is for: the same defect, seen again.
+    also_fails: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A check that only measures: why it never fails, and a server that moves what it measures."""
+
+    reason: str
+    fault: Fault
+    #: A line of the summary's "measured" section the run must print.
+    summary: str
+
+
+def answering(twin: BrokenServer | Measured) -> Callable[[ReceivedRequest], Respond]:
+    """The `ScriptedServer` default for `twin`: the fake's answers, through the twin's fault."""
+    flavor = twin.flavor if isinstance(twin, BrokenServer) else "target"
+    fakes = Fakes(keyed=FakeLayaServer(api_key=KEY, flavor=flavor), open=FakeLayaServer(flavor=flavor))
+    return lambda request: twin.fault(fakes, request)
+
+
+# -- building blocks --------------------------------------------------------------------------
+
+def _normal(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    return fakes.keyed.normal_response(request)
+
+
+def _body(response: Respond) -> Any:
+    return json.loads(response.payload)
+
+
+def _with_body(response: Respond, body: Any) -> Respond:
+    return Respond(response.status, body, headers=response.headers)
+
+
+def _sent(request: ReceivedRequest) -> Any:
+    try:
+        return request.json()
+    except ValueError:
+        return None
+
+
+def _resent(request: ReceivedRequest, payload: Any) -> ReceivedRequest:
+    """`request` as if it had carried `payload`."""
+    return dataclasses.replace(request, body=json.dumps(payload).encode("utf-8"))
+
+
+def _decision_answers(body: Any) -> Iterator[dict[str, Any]]:
+    """Every answer in a decision or batch body."""
+    for answers in [body.get("answers", {})] + [r["answers"] for r in body.get("results", [])]:
+        yield from answers.values()
+
+
+def _answers_rewritten(change: Callable[[dict[str, Any]], None]) -> Fault:
+    """A fault applying `change` to every answer of every 200 decision (single and batch)."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = _normal(fakes, request)
+        if response.status != 200 or not request.path.startswith(DECIDE):
+            return response
+        body = _body(response)
+        for answer in _decision_answers(body):
+            change(answer)
+        return _with_body(response, body)
+    return fault
+
+
+def _refused_as(fakes: Fakes, request: ReceivedRequest, payload: Mapping[str, Any]) -> Respond:
+    """The fake's refusal of `payload`, answered to `request` (same headers, same request id)."""
+    response = _normal(fakes, _resent(request, dict(payload)))
+    assert response.status >= 400, f"the fake answered {payload} with {response.status}, not a refusal"
+    return response
+
+
+def _publishing(limits: Mapping[str, int], fault: Fault | None = None) -> Fault:
+    """/health publishes `limits`; everything else as `fault` (default: the fake) answers it.
+
+    The fake keeps its own limits (64 questions, 50,000 characters, 2 MiB): a lower one
+    published is a limit the server does not keep."""
+    def published(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = (fault or _normal)(fakes, request)
+        if request.path == "/health" and response.status == 200:
+            body = _body(response)
+            if "limits" in body:
+                body["limits"] = {**body["limits"], **limits}
+                return _with_body(response, body)
+        return response
+    return published
+
+
+# -- the defects ----------------------------------------------------------------------------
+
+def _health_status_degraded(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # The health document says "degraded"; liveness only (no token) still says ok.
+    response = _normal(fakes, request)
+    if request.path != "/health" or len(_body(response)) == 1:
+        return response
+    return _with_body(response, {**_body(response), "status": "degraded"})
+
+
+def _health_not_ready(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    body = _body(response)
+    if request.path != "/health" or "ready" not in body:
+        return response
+    return _with_body(response, {**body, "ready": False, "models": {}})
+
+
+def _health_shows_everything_without_a_token(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    return (fakes.open if request.path == "/health" else fakes.keyed).normal_response(request)
+
+
+def _answers_grouped_by_type(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Yes/no answers first, then scores, then choices: one head per type, joined in its own order.
+    response = _normal(fakes, request)
+    if response.status != 200 or request.path != DECIDE:
+        return response
+    body = _body(response)
+    rank = {"noul": 0, "score": 1, "choice": 2}
+    body["answers"] = dict(sorted(body["answers"].items(), key=lambda item: rank[item[1]["type"]]))
+    return _with_body(response, body)
+
+
+def _least_probable_choice(answer: dict[str, Any]) -> None:
+    if answer["type"] == "choice" and len(answer["probabilities"]) > 1:
+        answer["choice"] = min(answer["probabilities"], key=answer["probabilities"].get)
+
+
+def _probabilities_halved(answer: dict[str, Any]) -> None:
+    if "probabilities" in answer:
+        answer["probabilities"] = {k: round(p / 2, 4) for k, p in answer["probabilities"].items()}
+
+
+def _noul_jitter(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Each request moves every yes/no answer by 0.004, up and down in turn: twice the same
+    # request differs by 0.008 (over the 0.001 allowed), a batch from its states alone by no
+    # more than the 0.01 padding may move it.
+    if not request.path.startswith(DECIDE):
+        return _normal(fakes, request)
+    step = 0.004 if next(fakes.counter) % 2 else -0.004
+
+    def jitter(answer: dict[str, Any]) -> None:
+        if answer["type"] == "noul":
+            answer["noul"] = round(min(1.0, max(0.0, answer["noul"] + step)), 4)
+            answer["confidence"] = max(answer["noul"], round(1 - answer["noul"], 4))
+
+    return _answers_rewritten(jitter)(fakes, request)
+
+
+def _request_id_not_echoed(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    return Respond(response.status, response.payload, headers={**(response.headers or {}), REQUEST_ID_HEADER: new_request_id()})
+
+
+def _malformed_json_answered(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    if request.path == DECIDE and _sent(request) is None:
+        return _normal(fakes, _resent(request, {"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}))
+    return _normal(fakes, request)
+
+
+def _no_questions_is_a_422(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    if request.path == DECIDE and isinstance(sent, dict) and "questions" not in sent:
+        return _refused_as(fakes, request, {**sent, "questions": {"q": {"type": "ranking", "instructions": "?"}}})
+    return _normal(fakes, request)
+
+
+def _empty_questions_answered(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    if request.path == DECIDE and isinstance(sent, dict) and sent.get("questions") == {}:
+        response = _normal(fakes, _resent(request, {**sent, "questions": {"q": {"type": "noul", "instructions": "?"}}}))
+        return _with_body(response, {**_body(response), "answers": {}})
+    return _normal(fakes, request)
+
+
+def _all_invalid_is_a_400(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Only invalid questions: treated as nothing to answer (400), where the contract asks for a
+    # 422 naming them. Beside a valid question, the 422 is right.
+    response = _normal(fakes, request)
+    sent = _sent(request)
+    if (response.status == 422 and _body(response).get("code") == "invalid_question" and isinstance(sent, dict)
+            and len(sent.get("questions") or {}) == 1):
+        return _refused_as(fakes, request, {"state": "x"})
+    return response
+
+
+def _names_the_first_invalid_question_only(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    body = _body(response) if response.status == 422 else None
+    if body and body.get("code") == "invalid_question" and len(body.get("errors", [])) > 1:
+        return _with_body(response, {**body, "errors": body["errors"][:1]})
+    return response
+
+
+def _questions_at_the_limit_refused(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    if request.path == DECIDE and isinstance(sent, dict) and len(sent.get("questions") or {}) >= 8:
+        return _refused_as(fakes, request, {**sent, "questions": {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(65)}})
+    return _normal(fakes, request)
+
+
+def _state_at_the_limit_refused(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    if (request.path == DECIDE and isinstance(sent, dict) and isinstance(sent.get("state"), str)
+            and len(sent["state"]) >= 1000):
+        return _refused_as(fakes, request, {**sent, "state": "x" * 50_001})
+    return _normal(fakes, request)
+
+
+def _any_media_type_read_as_json(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    return _normal(fakes, dataclasses.replace(request, headers={**request.headers, "content-type": "application/json"}))
+
+
+def _unknown_model_routed_anyway(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    if isinstance(sent, dict) and "model" in sent:
+        return _normal(fakes, _resent(request, {k: v for k, v in sent.items() if k != "model"}))
+    return _normal(fakes, request)
+
+
+def _any_token_accepted(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    return (fakes.open if request.path.startswith(DECIDE) else fakes.keyed).normal_response(request)
+
+
+def _token_echoed_in_the_401(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    if response.status != 401:
+        return response
+    body = _body(response)
+    return _with_body(response, {**body, "detail": f"{body.get('detail', 'unauthorized')}: got {request.header('authorization')!r}"})
+
+
+def _batch_results_reversed(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    if response.status != 200 or request.path != BATCH:
+        return response
+    body = _body(response)
+    body["results"] = body["results"][::-1]
+    return _with_body(response, body)
+
+
+def _first_option_wins(answer: dict[str, Any]) -> None:
+    if answer["type"] == "choice" and len(answer["probabilities"]) > 1:
+        keys = list(answer["probabilities"])
+        answer["probabilities"] = {k: 0.9 if i == 0 else round(0.1 / (len(keys) - 1), 4) for i, k in enumerate(keys)}
+        answer["choice"] = keys[0]
+
+
+def _noul_flips_beside_other_questions(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    sent = _sent(request)
+    response = _normal(fakes, request)
+    if response.status != 200 or not request.path.startswith(DECIDE) or len(sent["questions"]) < 2:
+        return response
+    body = _body(response)
+    for answer in _decision_answers(body):
+        if answer["type"] == "noul":
+            answer["noul"] = round(1 - answer["noul"], 4)
+    return _with_body(response, body)
+
+
+# -- the tables -----------------------------------------------------------------------------
+
+#: check -> its broken twins. Every check of pytest_laya.suites.server is a key here or in
+#: MEASUREMENT_ONLY (the meta-test holds both to the suite).
+SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
+    "test_health_answers_status_ok": (
+        # The target spec's /health schema allows only "ok", so a spec violation would fail
+        # first; the current spec allows any string, which leaves the check's own test.
+        BrokenServer("health-status-degraded", _health_status_degraded,
+                     'GET /health must be a JSON object with "status": "ok"', spec="current", flavor="laya-serve-0.4.15"),
+    ),
+    "test_health_names_the_models_and_the_limits": (
+        BrokenServer("health-not-ready", _health_not_ready,
+                     "a serving server's /health must say ready: true and name at least one model, got ready False"),
+    ),
+    "test_health_without_a_token_shows_liveness_only": (
+        BrokenServer("health-shows-all-without-a-token", _health_shows_everything_without_a_token,
+                     'GET /health without a token must show only {"status": "ok"}, got keys'),
+    ),
+    "test_a_decision_answers_every_question_in_order": (
+        BrokenServer("answers-grouped-by-type", _answers_grouped_by_type,
+                     "answers must come one per question in the order asked ['department', 'channel', 'urgency', 'refund'], "
+                     "got ['refund', 'urgency', 'department', 'channel']"),
+        BrokenServer("least-probable-choice", _answers_rewritten(_least_probable_choice), "must be the most probable option"),
+        # Broken answers fail every check that decides: the answer rules refuse them all.
+        BrokenServer("probabilities-halved", _answers_rewritten(_probabilities_halved), "probabilities sum to 0.5",
+                     also_fails=("test_batch_answers_each_state_as_alone", "test_measure_option_order_flip_rate",
+                                 "test_measure_question_independence", "test_the_same_request_twice_gets_the_same_answer")),
+    ),
+    "test_the_same_request_twice_gets_the_same_answer": (
+        BrokenServer("noul-jitter", _noul_jitter, "the same request twice: question 'refund' was answered"),
+    ),
+    "test_the_request_id_is_echoed": (
+        BrokenServer("request-id-not-echoed", _request_id_not_echoed, "back; the target echoes the caller's request id"),
+    ),
+    "test_malformed_json_is_a_400": (
+        BrokenServer("malformed-json-answered", _malformed_json_answered,
+                     "a body that is not valid JSON: expected HTTP 400 malformed_request, got HTTP 200"),
+    ),
+    "test_a_body_without_questions_is_a_400": (
+        BrokenServer("no-questions-is-a-422", _no_questions_is_a_422,
+                     "a body without 'questions': expected HTTP 400 malformed_request, got HTTP 422"),
+    ),
+    "test_empty_questions_are_a_400": (
+        BrokenServer("empty-questions-answered", _empty_questions_answered,
+                     "'questions': {} (nothing to answer): expected HTTP 400 malformed_request, got HTTP 200"),
+    ),
+    "test_an_unknown_question_type_is_a_422_naming_it": (
+        BrokenServer("only-invalid-questions-is-a-400", _all_invalid_is_a_400,
+                     "a question of unknown type 'ranking': expected HTTP 422 invalid_question, got HTTP 400"),
+    ),
+    "test_every_invalid_question_is_named": (
+        BrokenServer("names-the-first-invalid-question-only", _names_the_first_invalid_question_only,
+                     "the 422 must name exactly the invalid questions 'mood' and 'team' in errors[], got ['mood']"),
+    ),
+    "test_too_many_questions_are_a_413": (
+        BrokenServer("question-limit-published-not-kept", _publishing({"max_questions": 8}),
+                     "9 questions (the limit is 8): expected HTTP 413 too_many_questions, got HTTP 200"),
+    ),
+    "test_questions_at_the_limit_are_answered": (
+        BrokenServer("questions-at-the-limit-refused", _publishing({"max_questions": 8}, _questions_at_the_limit_refused),
+                     "8 questions (the limit is 8): expected HTTP 200, got HTTP 413"),
+    ),
+    "test_a_state_over_the_limit_is_a_413": (
+        BrokenServer("state-limit-published-not-kept", _publishing({"max_state_chars": 1000}),
+                     "a state of 1001 characters (the limit is 1000): expected HTTP 413 state_too_large, got HTTP 200"),
+    ),
+    "test_a_state_at_the_limit_is_answered": (
+        BrokenServer("state-at-the-limit-refused", _publishing({"max_state_chars": 1000}, _state_at_the_limit_refused),
+                     "a state of 1000 characters (the limit is 1000): expected HTTP 200, got HTTP 413"),
+    ),
+    "test_a_body_over_the_limit_is_a_413": (
+        BrokenServer("body-limit-published-not-kept", _publishing({"max_body_bytes": 4096}),
+                     "(the limit is 4096): expected HTTP 413 too_large, got HTTP 200"),
+    ),
+    "test_a_body_that_is_not_json_media_is_a_415": (
+        BrokenServer("any-media-type-read-as-json", _any_media_type_read_as_json,
+                     "a JSON body sent as Content-Type: text/plain: expected HTTP 415 unsupported_media_type, got HTTP 200"),
+    ),
+    "test_an_unknown_model_is_a_422": (
+        BrokenServer("unknown-model-routed-anyway", _unknown_model_routed_anyway,
+                     "model 'pytest-laya-no-such-model', which no server serves: expected HTTP 422 unknown_model, got HTTP 200"),
+    ),
+    "test_a_wrong_or_missing_token_is_a_401": (
+        BrokenServer("any-token-accepted", _any_token_accepted,
+                     "a decision request with a wrong bearer token: expected HTTP 401 unauthorized, got HTTP 200"),
+        BrokenServer("token-echoed-in-the-401", _token_echoed_in_the_401,
+                     "the 401 to a request with a wrong bearer token shows a token (redacted here as ***)"),
+    ),
+    "test_batch_answers_each_state_as_alone": (
+        BrokenServer("batch-results-reversed", _batch_results_reversed, "state 0 alone and in the batch: question"),
+    ),
+}
+
+#: Checks that measure and never fail on what they measure (a refused request still fails them).
+MEASUREMENT_ONLY: Mapping[str, Measured] = {
+    "test_measure_option_order_flip_rate": Measured(
+        "real Laya leans on option order (5 of 8 flips on the tiny checkpoint): a rate, reported for the caller "
+        "to read, has no pass mark", _answers_rewritten(_first_option_wins),
+        "  option order: 8 of 8 reorderings changed the choice (100%) over 4 questions; largest probability change 0.8*"),
+    "test_measure_question_independence": Measured(
+        "a question's answer may legitimately shift beside others (one forward pass reads them all): reported, "
+        "with no pass mark", _noul_flips_beside_other_questions,
+        "  question independence: 1 of 4 answers decided differently alone than beside the other 3 questions;*"),
+}

@@ -1,0 +1,80 @@
+"""Every check of DecisionModelContract fails its broken twin, with a message naming the defect.
+
+The table is `DECISION_MODEL_TWINS` (tests/contract/decision_model_twins.py). A downstream-style
+suite (pytester) runs the whole contract on every twin, one class each: on each twin exactly the
+checks the table names fail, and the check's failure message says the table's words. The meta-test compares the
+table with the contract's own checks, so a check added without a twin fails here by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_laya.contract import DecisionModelContract
+from tests.contract.decision_model_twins import DECISION_MODEL_TWINS, BrokenModel
+from tests.contract.twin_coverage import checks_of, coverage_problems
+
+TABLE = "DECISION_MODEL_TWINS in tests/contract/decision_model_twins.py"
+CASES = [pytest.param(check, twin, id=twin.defect) for check, twins in DECISION_MODEL_TWINS.items() for twin in twins]
+
+#: One downstream-style class per twin, named for its defect; one inner run checks them all.
+SUITE = "import pytest\n\nfrom pytest_laya import DecisionModelContract\nfrom tests.contract.decision_model_twins import twin_named\n"
+CLASS = '''
+
+class {cls}(DecisionModelContract):
+    @pytest.fixture
+    def decision_model(self):
+        return twin_named({defect!r}).model()
+
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return twin_named({defect!r}).scripted
+'''
+#: class name -> check -> failure message, of the one inner run (made by the first test that needs it).
+_FAILURES: dict[str, dict[str, str]] = {}
+
+
+def class_name(twin: BrokenModel) -> str:
+    return "Test_" + twin.defect.replace("-", "_")
+
+
+@pytest.fixture
+def failures_by_twin(pytester) -> dict[str, dict[str, str]]:
+    """What the contract failed each twin on: one pytester run over every twin, once per process
+    (each run costs about half a second of pytest start-up; the checks themselves, little)."""
+    if not _FAILURES:
+        twins = [twin for twin_list in DECISION_MODEL_TWINS.values() for twin in twin_list]
+        pytester.makepyfile(test_twins=SUITE + "".join(CLASS.format(cls=class_name(t), defect=t.defect) for t in twins))
+        reprec = pytester.inline_run("-p", "no:asyncio", "-p", "no:cacheprovider")
+        reports = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call" or not r.passed]
+        assert len({r.nodeid for r in reports}) == len(twins) * len(checks_of(DecisionModelContract)), "not every check ran"
+        for twin in twins:
+            _FAILURES[class_name(twin)] = {}
+        for report in reports:
+            if report.failed:
+                _, cls, check = report.nodeid.split("::")
+                _FAILURES[cls][check] = str(report.longrepr)
+    return _FAILURES
+
+
+def test_every_check_of_the_contract_has_a_broken_twin():
+    problems = coverage_problems("DecisionModelContract", checks_of(DecisionModelContract), TABLE, DECISION_MODEL_TWINS)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_check_added_without_a_twin_is_named_and_a_stale_twin_too():
+    checks = checks_of(DecisionModelContract)
+    added = coverage_problems("DecisionModelContract", [*checks, "test_a_new_promise"], TABLE, DECISION_MODEL_TWINS)
+    assert added == ["DecisionModelContract has checks without a broken twin: test_a_new_promise. Add a broken "
+                     f"implementation for each to {TABLE}, with the words its failure must say"]
+    removed = coverage_problems("DecisionModelContract", [c for c in checks if c != "test_identity_is_set"], TABLE,
+                                DECISION_MODEL_TWINS)
+    assert removed == [f"{TABLE} names checks DecisionModelContract does not have: test_identity_is_set"]
+
+
+@pytest.mark.parametrize("check, twin", CASES)
+def test_the_contract_fails_each_broken_model_on_exactly_the_check_for_its_defect(failures_by_twin, check: str,
+                                                                                   twin: BrokenModel):
+    failures = failures_by_twin[class_name(twin)]
+    assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
+    assert twin.words in failures[check], failures[check]

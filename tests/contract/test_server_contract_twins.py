@@ -1,0 +1,58 @@
+"""Every check of the server contract fails its broken twin, with a message naming the defect.
+
+The table is `SERVER_TWINS` (tests/contract/server_twins.py): each twin is a loopback server
+answering as the fake does but for one defect. The suite runs in full against each (pytester,
+as a user runs it, with a key so the token checks run): exactly the checks the table names fail,
+and the check's failure message says the table's words. The two measurement checks cannot fail
+by design (`MEASUREMENT_ONLY`): against a server that moves what they measure, they pass and the
+summary shows the measurement. The meta-test compares the tables with the suite's own checks.
+"""
+
+from __future__ import annotations
+
+# pytester's in-process runs drop modules first imported inside them; importing the network
+# stack here keeps one copy of each class, so exceptions map the same in every inner run.
+import httpcore  # noqa: F401
+import pytest
+
+from pytest_laya.faults import ScriptedServer
+from pytest_laya.suites import server as server_suite
+from tests.contract.server_twins import KEY, MEASUREMENT_ONLY, SERVER_TWINS, BrokenServer, answering
+from tests.contract.twin_coverage import checks_of, coverage_problems
+
+TABLE = "SERVER_TWINS in tests/contract/server_twins.py"
+CHECKS = checks_of(server_suite)
+CASES = [pytest.param(check, twin, id=twin.defect) for check, twins in SERVER_TWINS.items() for twin in twins]
+
+
+def run_suite(pytester, url: str, spec: str):
+    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "--pyargs", "pytest_laya.suites.server",
+                              "--laya-mode=live", f"--laya-url={url}", f"--laya-spec={spec}", f"--laya-api-key={KEY}")
+
+
+def test_every_check_of_the_server_contract_has_a_broken_twin_or_only_measures():
+    problems = coverage_problems("pytest_laya.suites.server", CHECKS, TABLE, SERVER_TWINS, MEASUREMENT_ONLY)
+    # Only a measurement may be listed as one: any other check has to be shown failing.
+    problems += [f"{check} is listed as measurement-only, but only a test_measure_* check may be"
+                 for check in MEASUREMENT_ONLY if not check.startswith("test_measure_")]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("check, twin", CASES)
+def test_the_suite_fails_each_broken_server_on_exactly_the_check_for_its_defect(pytester, check: str, twin: BrokenServer):
+    with ScriptedServer(default=answering(twin)) as broken:
+        result = run_suite(pytester, broken.url, twin.spec)
+    failures = {report.nodeid.split("::")[-1]: str(report.longrepr)
+                for report in result.reprec.getreports("pytest_runtest_logreport") if report.failed}
+    assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
+    assert twin.words in failures[check], failures[check]
+    assert KEY not in result.stdout.str()
+
+
+@pytest.mark.parametrize("check", sorted(MEASUREMENT_ONLY))
+def test_a_measurement_never_fails_and_what_it_measured_is_in_the_summary(pytester, check: str):
+    measured = MEASUREMENT_ONLY[check]
+    with ScriptedServer(default=answering(measured)) as server:
+        result = run_suite(pytester, server.url, "target")
+    result.assert_outcomes(passed=len(CHECKS))
+    result.stdout.fnmatch_lines(["measured (reported, never failed on):", measured.summary])
