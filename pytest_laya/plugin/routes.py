@@ -68,10 +68,14 @@ class TestRoute:
 # -- choosing the server and the route ------------------------------------------------------
 
 def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
-    from pytest_laya.cassettes.persist import recorded_provenance
+    from pytest_laya.cassettes.errors import CassetteError
+    from pytest_laya.cassettes.persist import provenance_of, read_cassette
     from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
 
-    provenance = recorded_provenance(path) or {}
+    try:  # parsed once: opening the cassette next reads the same parse
+        provenance = provenance_of(read_cassette(path)) or {}
+    except CassetteError:  # opening it reports the problem
+        provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
     return ServerHandle(url=run.url or REPLAY_URL, kind="replay", spec=_recorded_spec(run, provenance),
                         recorded_from=source)

@@ -181,11 +181,16 @@ def _leaves(error: ValidationError, base: list[Any]) -> list[tuple[list[Any], st
 class Spec:
     """One OpenAPI 3.1 document, ready to validate exchanges against."""
 
-    def __init__(self, document: Mapping[str, Any], *, name: str, source: str = "<memory>") -> None:
+    def __init__(self, document: Mapping[str, Any], *, name: str, source: str = "<memory>",
+                 check_schemas: bool = True) -> None:
+        """`check_schemas=False` skips validating each of ``components/schemas`` against the JSON
+        Schema meta-schema (the structure and every ``$ref`` are checked either way): the bundled
+        documents, which the package's own tests hold to openapi-spec-validator, skip it, since it
+        costs more than the rest of loading them at every start."""
         self.document = document
         self.name = name
         self.source = source
-        _check_document(document, source)
+        _check_document(document, source, schemas=check_schemas)
         self._uri = f"urn:pytest-laya:spec:{quote(name)}"
         resource = Resource.from_contents(document, default_specification=DRAFT202012)
         self._registry: Registry = Registry().with_resource(self._uri, resource).crawl()
@@ -198,7 +203,7 @@ class Spec:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_path(cls, path: str | Path, *, name: str | None = None) -> Spec:
+    def from_path(cls, path: str | Path, *, name: str | None = None, check_schemas: bool = True) -> Spec:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -210,7 +215,7 @@ class Spec:
             document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise SpecError(f"spec {path} is not valid YAML: {exc}") from None
-        return cls(document, name=name or path.name.split(".openapi")[0], source=str(path))
+        return cls(document, name=name or path.name.split(".openapi")[0], source=str(path), check_schemas=check_schemas)
 
     @classmethod
     def current(cls) -> Spec:
@@ -486,7 +491,7 @@ def _walk_refs(node: Any, trail: list[str]) -> Iterable[tuple[str, str]]:
             yield from _walk_refs(value, trail + [str(i)])
 
 
-def _check_document(document: Any, source: str) -> None:
+def _check_document(document: Any, source: str, *, schemas: bool = True) -> None:
     """Fail now, naming the file, rather than later with a traceback from deep in a validator."""
     if not isinstance(document, Mapping):
         raise SpecError(f"spec {source}: expected an OpenAPI document (a mapping), got {type(document).__name__}")
@@ -506,6 +511,8 @@ def _check_document(document: Any, source: str) -> None:
         if not ref.startswith("#"):
             raise SpecError(f"spec {source}: only local $refs are supported, found {ref!r} at {at}")
         _resolvepointer(document, ref[1:], source)
+    if not schemas:
+        return
     for name, schema in (document.get("components", {}).get("schemas") or {}).items():
         try:
             Draft202012Validator.check_schema(schema)
@@ -524,4 +531,4 @@ def _bundled_path(filename: str) -> Path:
 
 @functools.cache
 def _bundled(filename: str, name: str) -> Spec:
-    return Spec.from_path(_bundled_path(filename), name=name)
+    return Spec.from_path(_bundled_path(filename), name=name, check_schemas=False)
