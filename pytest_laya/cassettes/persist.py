@@ -249,7 +249,7 @@ _PARSED_LOCK = threading.Lock()
 
 
 def read_cassette(path: Path) -> dict[str, Any] | None:
-    """The cassette at `path` parsed with vcrpy's safe loader and checked; None if there is none.
+    """The cassette at `path` parsed as vcrpy's safe loader parses it, and checked; None if there is none.
 
     The result is shared with later reads of the unchanged file: treat it as read-only
     (`fresh_interactions` gives vcrpy objects of one's own).
@@ -284,7 +284,8 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
 
 def _parse_cassette(path: Path) -> dict[str, Any] | None:
     import yaml
-    from vcr.serializers import yamlserializer
+
+    from pytest_laya.cassettes import yaml_loader
 
     try:
         raw = path.read_bytes()
@@ -302,7 +303,7 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
     except UnicodeDecodeError as exc:
         raise CassetteError(f"cassette {path} is not UTF-8 text ({exc})", path=path) from None
     try:
-        data = yamlserializer.deserialize(text)
+        data = yaml_loader.load(text)
     except yaml.YAMLError as exc:
         raise _yaml_problem(path, exc) from None
     _check_structure(path, data)
