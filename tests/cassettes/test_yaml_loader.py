@@ -57,6 +57,35 @@ CASES = {
     "block-scalars": "a: |\n  line\n  line2\nb: >\n  folded\n  text\n",
     "top-level-list": "- 1\n- a\n",
     "deep": "a: " + "[" * 200 + "]" * 200 + "\n",
+    # hand edits of the block layout (read directly, or left to libyaml when unsure)
+    "quoted-under-indented": "a:\n  body: 'abc\ndef'\n",
+    "quoted-folding-edges": "a: 'one\n  two\n\n  three\n\n\n  four  \n  '\nb: '\n  x'\nc: '\n\n  '\n",
+    "quoted-escape-at-break": "a: 'it''\n  s'\nb: ''''\nc: ''\n",
+    "quoted-document-marker": "a: 'x\n--- y'\n",
+    "after-closing-quote": "a: 'x' y\n",
+    "control-character": "a: b\x07c\n",
+    "crlf": "a: 1\r\nb: 2\r\n",
+    "key-too-long": "k" * 1100 + ": 1\n",
+    "indicator-first": "a: %x\nb: @x\n",
+    "plain-forms": "a: 1:30\nb: yes\nc: off\nd: 2001-12-14 21:59:43.10 -5\ne: b  c\nf: ~\ng: 0o17\nh: 017\ni: +1\nj: -.5\n",
+    "plain-with-quote": "a: it's\n",
+    "value-tag": "a: =\n",
+    "blank-line-between": "a: 1\n\nb: 2\n",
+    "plain-over-lines": "a: one\n  two\n",
+    "colon-at-end": "a: b:\n",
+    "key-with-space": "a b: 1\n",
+    "sequence-of-mappings": "- a: 1\n  b: []\n- c\n",
+    "sequence-in-sequence": "- - x\n",
+    "empty-dash": "-\n  a: 1\n",
+    "indented-document": "  a: 1\n",
+    "sequence-then-deeper-key": "a:\n- 1\n  b: 2\n",
+    "double-quoted-escapes": 'a: "x\\/y"\nb: "\\x41\\u00e9\\U0001F600"\nc: "\\N\\_\\L\\P\\e\\0\\t\\""\n',
+    "double-quoted-bad-escapes": 'a: "x\\\'y"\n',
+    "double-quoted-surrogate": 'a: "\\ud800"\n',
+    "double-quoted-unknown-escape": 'a: "x\\q"\n',
+    "double-quoted-escaped-breaks": 'a: "x\\\n  y"\nb: "x\\\n\n  y"\nc: "x \\ \n  y"\nd: "one\n\n  two  \n  "\n',
+    "double-quoted-unclosed": 'a: "x\n',
+    "sequence-same-indent": "a:\n- 1\n- '2'\nb: x\nc:\n  - {}\n",
 }
 
 
@@ -88,3 +117,24 @@ _DATA = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
 def test_any_dumped_data_loads_the_same(data, style):
     text = yaml.safe_dump({"x": data}, default_flow_style=style, allow_unicode=True)
     assert outcome(yaml_loader.load, text) == outcome(reference, text)
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120) | st.sampled_from(
+    ["", " ", "'", "''", "a: b", "#x", "x #y", "- x", "yes", "null", "1", "0x1F", "1:30", "2001-01-01", "--- x",
+     "a\n\nb", "  lead", "trail  ", "x" * 200 + " " + "y" * 50, "*/*", "{}", "[]", "é", "\t", "\r\n"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bodies=st.lists(st.tuples(_TEXT, _TEXT), min_size=1, max_size=3),
+       headers=st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,15}", fullmatch=True), st.lists(_TEXT, min_size=1, max_size=2),
+                               max_size=3),
+       meta=st.dictionaries(st.text(max_size=6), _TEXT | st.integers() | st.booleans() | st.none(), max_size=3))
+def test_any_cassette_vcrpy_writes_loads_the_same(bodies, headers, meta):
+    from vcr.serializers import yamlserializer
+
+    data = {"interactions": [
+        {"request": {"body": request, "headers": headers, "method": "POST", "uri": "http://laya.invalid/v1/systemone"},
+         "response": {"body": {"string": response}, "headers": headers, "status": {"code": 200, "message": "OK"}}}
+        for request, response in bodies], "metadata": {"pytest_laya": meta}, "version": 1}
+    text = yamlserializer.serialize(data)
+    assert outcome(yaml_loader.load, text) == outcome(reference, text) == ("data", data)
