@@ -314,7 +314,7 @@ def provenance_of(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """``metadata.pytest_laya`` of parsed cassette data, as a copy of one's own (None if absent)."""
     meta = data.get("metadata") if data else None
     value = meta.get("pytest_laya") if isinstance(meta, dict) else None
-    return copy.deepcopy(value) if isinstance(value, dict) else None
+    return _copied(value, {}) if isinstance(value, dict) else None
 
 
 def fresh_interactions(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -325,13 +325,31 @@ def fresh_interactions(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[st
     requests, responses = [], []
     for interaction in data["interactions"]:
         requests.append(Request(**interaction["request"]))
-        response = _copied(interaction["response"], {})
+        response = _fresh_response(interaction["response"])
         body = response.get("body")
         if isinstance(body, dict) and isinstance(body.get("string"), str):
             with contextlib.suppress(UnicodeEncodeError):
                 body["string"] = body["string"].encode("utf-8")
         responses.append(response)
     return requests, responses
+
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _fresh_response(response: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a checked response: its usual parts (a status and a body of scalars, headers as
+    lists of strings) copied directly, anything else by `_copied`."""
+    memo: dict[int, Any] = {}
+    out: dict[str, Any] = {}
+    for key, value in response.items():
+        if key == "headers" and type(value) is dict and all(type(v) is list for v in value.values()):
+            out[key] = {name: [v if type(v) is str else _copied(v, memo) for v in values] for name, values in value.items()}
+        elif type(value) is dict and all(isinstance(v, _SCALARS) for v in value.values()):
+            out[key] = dict(value)
+        else:
+            out[key] = _copied(value, memo)
+    return out
 
 
 def _copied(value: Any, memo: dict[int, Any]) -> Any:
