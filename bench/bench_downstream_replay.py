@@ -14,39 +14,52 @@ support message (the same ``i``-th request in every suite), so each test has its
   ``laya_url`` and calls the same service (its module-level client) with it. Every response is
   validated against its spec by the plugin;
 - ``laya_client``: pytest-laya's ``laya_client`` fixture (``ServedLayaClient.decide``), validated;
-- ``mock_httpx``: the floor per decision for ``laya_own``: the service called with a module-level
+- ``mock_httpx``: the service called through a module-level
   ``httpx.Client(transport=httpx.MockTransport(...))`` answering the recorded bytes;
-- ``mock_kit``: the floor per decision for ``laya_client``: a module-level ``ServedLayaClient`` on
-  such a MockTransport.
+- ``mock_kit``: a module-level ``ServedLayaClient`` on such a MockTransport.
+
+Per decision: the two pytest-laya suites and the two MockTransport suites again, each test making
+``--decisions`` (default 10) decisions instead of one (its cassette holds that many). What one more
+decision costs is ``(median(suite with D decisions) - median(suite with 1)) / (tests * (D - 1))``:
+per-test costs (fixtures, opening the cassette) cancel out, what is left is the request, its
+replay, and its validation. ``laya_own`` is compared with ``mock_httpx``, ``laya_client`` with
+``mock_kit`` (the same client on both sides).
 
 Both the pytest-laya and the pytest-recording suites are recorded once, from the fake Laya server
 (``pytest_laya.fake.FakeLayaServer``) on loopback, so both replay the very same requests and
 answers. Then ``--rounds`` rounds (default 3) run every suite once, interleaved, each as a fresh
 ``python -m pytest -q -p no:cacheprovider test_<suite>.py`` subprocess with bytecode cached in the
-temporary directory (one untimed warm-up run of each first). Per suite and round: wall time and the
-child's CPU time (user + system, from ``wait4``). Reported: the medians per suite, and the cost per
-test over the empty floor, ``(median(suite) - median(empty)) / tests``, in CPU time (the headline:
-the machine is shared, and CPU time moves far less with other load than wall time) and in wall
-time. Once-per-process costs (importing vcrpy, loading the specs) are part of each suite's time,
-spread over its tests.
+temporary directory (one untimed warm-up run of each first). Per suite and round, three measures:
+
+- test-loop CPU (the headline): the pytest process's CPU time from its first test to its end
+  (the summary included), taken by a conftest hook. Start-up and collection (importing the test
+  module) hold none of the plugins' per-test work and only add noise on a shared machine; every
+  per-test cost is in the loop, including what happens once per process on first use (importing
+  vcrpy, loading the specs);
+- process CPU: the whole child process (user + system), start-up included;
+- wall time.
+
+Reported: the medians per suite, and the cost per test over the empty floor,
+``(median(suite) - median(empty)) / tests``, in each measure, with each round against its own
+floor so the spread shows.
 
 Goals (issue 18, section 1), each a ratio within one run:
 
 - pytest-laya's cost per test <= 0.5x pytest-recording's, validation included (both pytest-laya
   suites);
-- <= 2x the MockTransport floor per decision (``laya_own`` against ``mock_httpx``,
-  ``laya_client`` against ``mock_kit``);
+- per decision, <= 2x the MockTransport floor (``laya_own`` against ``mock_httpx``, ``laya_client``
+  against ``mock_kit``);
 - memory: the current RSS (``/proc/self/statm``) after 1,000 replayed tests (``--rss-tests``) at
   most 50 MB above the RSS after 10, measured inside the pytest process by a conftest hook
   (pytest-recording measured alike, for comparison).
 
-``--profile`` runs the ``laya_own`` and ``laya_client`` suites (and ``recording``) once more under
+``--profile`` runs the ``laya_own``, ``laya_client`` and ``recording`` suites once more under
 cProfile and prints the functions with the largest cumulative and own times.
 
 This is a script run by hand, not a test: nothing here asserts on time. Loopback only.
 
-    .venv/bin/python bench/bench_downstream_replay.py [--tests 300] [--rounds 3] [--rss-tests 1000]
-        [--skip-rss] [--profile] [--json] [--keep DIR]
+    .venv/bin/python bench/bench_downstream_replay.py [--tests 300] [--decisions 10] [--rounds 3]
+        [--rss-tests 1000] [--skip-rss] [--profile] [--json] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -79,18 +92,22 @@ from pytest_laya.fake import FakeLayaServer  # noqa: E402
 TARGET_VS_RECORDING = 0.5
 TARGET_VS_MOCK = 2.0
 TARGET_RSS_GROWTH_MB = 50.0
-SUITES = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit")
+PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit")
+PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit")
+PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit"}
 LABELS = {
     "empty": "empty tests (floor)",
     "recording": "pytest-recording, module-level httpx.Client",
     "laya_own": "pytest-laya, module-level httpx.Client on laya_url (validated)",
     "laya_client": "pytest-laya, laya_client (validated)",
-    "mock_httpx": "MockTransport floor, module-level httpx.Client",
-    "mock_kit": "MockTransport floor, module-level ServedLayaClient",
+    "mock_httpx": "MockTransport, module-level httpx.Client",
+    "mock_kit": "MockTransport, module-level ServedLayaClient",
 }
 #: The environment variable the pytest-recording suite reads its (recorded) Laya URL from.
 URL_ENV = "ACME_LAYA_URL"
 RSS_ENV = "BENCH_RSS_OUT"
+LOOP_ENV = "BENCH_LOOP_OUT"
+RSS_SUITES = ("recording", "laya_own", "laya_client")
 
 
 # ------------------------------------------------------------------------------ the project
@@ -103,8 +120,8 @@ QUESTIONS = {QUESTIONS!r}
 CLIENT = httpx.Client(timeout=10.0)
 
 
-def message(i):
-    return {STATE!r} + f" (order {{i}})"
+def message(k):
+    return {STATE!r} + f" (order {{k}})"
 
 
 def triage(url, text, client=CLIENT):
@@ -117,8 +134,22 @@ def triage(url, text, client=CLIENT):
 
 CONFTEST = f'''
 import os
+import time
 
 import pytest
+
+_LOOP = os.environ.get({LOOP_ENV!r})
+
+if _LOOP:  # CPU time from the first test to the end of the run (the summary included)
+    _STARTED = []
+
+    def pytest_runtestloop(session):
+        _STARTED.append(time.process_time())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(config):
+        with open(_LOOP, "w") as f:
+            f.write(repr(time.process_time() - _STARTED[0]))
 
 _OUT = os.environ.get({RSS_ENV!r})
 
@@ -146,16 +177,27 @@ if _OUT:
 HEAD = '''import pytest
 
 from acme.triage import QUESTIONS, message, triage
+
 '''
+# Test i asks about messages i*D .. i*D+D-1 (D decisions: 1 for the per-test suites).
+LOOP = '''@pytest.mark.parametrize("i", range(@N@))
+def test_decide(@FIXTURE@i):
+    for k in range(i * @D@, i * @D@ + @D@):
+'''
+CHECK_OWN = '''        team, refund = triage(@URL@, message(k)@CLIENT@)
+        assert team in QUESTIONS["team"]["criteria"] and 0.0 <= refund <= 1.0
+'''
+CHECK_KIT = '''        decision = @CLIENT@.decide(message(k), QUESTIONS)
+        assert decision["team"].key in QUESTIONS["team"]["criteria"] and 0.0 <= decision["refund"].p <= 1.0
+'''
+MOCK = '''import httpx
 
+BODY = @BODY@
+HEADERS = @HEADERS@
+TRANSPORT = httpx.MockTransport(lambda request: httpx.Response(200, headers=HEADERS, content=BODY))
+'''
 TEMPLATES = {
-    "empty": '''import pytest
-
-
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(i):
-    pass
-''',
+    "empty": "import pytest\n\n\n" + LOOP.replace("@FIXTURE@", "") + "        pass\n",
     "recording": HEAD + f'''import os
 
 URL = os.environ[{URL_ENV!r}]
@@ -167,79 +209,28 @@ def vcr_config():
 
 
 @pytest.mark.vcr
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(i):
-    team, refund = triage(URL, message(i))
-    assert team in QUESTIONS["team"]["criteria"] and 0.0 <= refund <= 1.0
-''',
-    "laya_own": HEAD + '''
-
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(laya_url, i):
-    team, refund = triage(laya_url, message(i))
-    assert team in QUESTIONS["team"]["criteria"] and 0.0 <= refund <= 1.0
-''',
-    "laya_client": HEAD + '''
-
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(laya_client, i):
-    decision = laya_client.decide(message(i), QUESTIONS)
-    assert decision["team"].key in QUESTIONS["team"]["criteria"] and 0.0 <= decision["refund"].p <= 1.0
-''',
-    "mock_httpx": HEAD + '''import httpx
-
-BODY = @BODY@
-HEADERS = @HEADERS@
-MOCK = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, headers=HEADERS, content=BODY)))
-
-
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(i):
-    team, refund = triage("http://laya.invalid", message(i), client=MOCK)
-    assert team in QUESTIONS["team"]["criteria"] and 0.0 <= refund <= 1.0
-''',
-    "mock_kit": HEAD + '''import httpx
-
-from pytest_laya.client import ServedLayaClient
-
-BODY = @BODY@
-HEADERS = @HEADERS@
-CLIENT = ServedLayaClient("http://laya.invalid", transport=httpx.MockTransport(
-    lambda request: httpx.Response(200, headers=HEADERS, content=BODY)))
-
-
-@pytest.mark.parametrize("i", range(@N@))
-def test_decide(i):
-    decision = CLIENT.decide(message(i), QUESTIONS)
-    assert decision["team"].key in QUESTIONS["team"]["criteria"] and 0.0 <= decision["refund"].p <= 1.0
-''',
+''' + LOOP.replace("@FIXTURE@", "") + CHECK_OWN.replace("@URL@", "URL").replace("@CLIENT@", ""),
+    "laya_own": HEAD + "\n" + LOOP.replace("@FIXTURE@", "laya_url, ") + CHECK_OWN.replace("@URL@", "laya_url").replace(
+        "@CLIENT@", ""),
+    "laya_client": HEAD + "\n" + LOOP.replace("@FIXTURE@", "laya_client, ") + CHECK_KIT.replace("@CLIENT@", "laya_client"),
+    "mock_httpx": HEAD + MOCK + "MOCK = httpx.Client(transport=TRANSPORT)\n\n\n" + LOOP.replace("@FIXTURE@", "")
+    + CHECK_OWN.replace("@URL@", '"http://laya.invalid"').replace("@CLIENT@", ", client=MOCK"),
+    "mock_kit": HEAD + "from pytest_laya.client import ServedLayaClient\n\n" + MOCK
+    + 'CLIENT = ServedLayaClient("http://laya.invalid", transport=TRANSPORT)\n\n\n' + LOOP.replace("@FIXTURE@", "")
+    + CHECK_KIT.replace("@CLIENT@", "CLIENT"),
 }
-RSS_SUITES = ("recording", "laya_own", "laya_client")
 
 
-def write_suite(proj: Path, name: str, n: int, module: str | None = None, canned: tuple[bytes, list] | None = None) -> None:
-    text = TEMPLATES[name].replace("@N@", str(n))
+def module_of(suite: str, decisions: int = 1, rss: bool = False) -> str:
+    return ("rss_" if rss else "") + suite + (f"_d{decisions}" if decisions > 1 else "")
+
+
+def write_suite(proj: Path, suite: str, n: int, decisions: int = 1, rss: bool = False,
+                canned: tuple[bytes, list[tuple[str, str]]] | None = None) -> None:
+    text = TEMPLATES[suite].replace("@N@", str(n)).replace("@D@", str(decisions))
     if canned is not None:
         text = text.replace("@BODY@", repr(canned[0])).replace("@HEADERS@", repr(canned[1]))
-    (proj / f"test_{module or name}.py").write_text(text, encoding="utf-8")
-
-
-def make_project(root: Path, n: int, rss_n: int) -> Path:
-    proj = root / "downstream"
-    (proj / "acme").mkdir(parents=True)
-    (proj / "acme" / "__init__.py").write_text("", encoding="utf-8")
-    (proj / "acme" / "triage.py").write_text(SERVICE, encoding="utf-8")
-    (proj / "conftest.py").write_text(CONFTEST, encoding="utf-8")
-    # pythonpath: the service imports from the project root; the loop-scope line silences
-    # pytest-asyncio's deprecation warning, in every suite alike.
-    (proj / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\n",
-                                     encoding="utf-8")
-    for name in ("empty", "recording", "laya_own", "laya_client"):
-        write_suite(proj, name, n)
-    if rss_n:
-        for name in RSS_SUITES:
-            write_suite(proj, name, rss_n, module=f"rss_{name}")
-    return proj
+    (proj / f"test_{module_of(suite, decisions, rss)}.py").write_text(text, encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------ running
@@ -268,20 +259,35 @@ def pytest_run(proj: Path, args: list[str], env: dict[str, str] | None = None,
 class Project:
     """The generated downstream project, recorded once, and how each suite is run."""
 
-    def __init__(self, root: Path, n: int, rss_n: int) -> None:
+    def __init__(self, root: Path, n: int, decisions: int, rss_n: int) -> None:
         self.root = root
-        self.n = n
-        self.rss_n = rss_n
+        self.n, self.decisions, self.rss_n = n, decisions, rss_n
         bench_plugin._PYC_PREFIX[:] = [root / "pycache"]
-        self.proj = make_project(root, n, rss_n)
-        self.url: str = ""
+        self.proj = root / "downstream"
+        (self.proj / "acme").mkdir(parents=True)
+        (self.proj / "acme" / "__init__.py").write_text("", encoding="utf-8")
+        (self.proj / "acme" / "triage.py").write_text(SERVICE, encoding="utf-8")
+        (self.proj / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+        # pythonpath: the service imports from the project root; the loop-scope line silences
+        # pytest-asyncio's deprecation warning, in every suite alike.
+        (self.proj / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\n",
+                                              encoding="utf-8")
+        for suite in ("empty", "recording", "laya_own", "laya_client"):
+            write_suite(self.proj, suite, n)
+        for suite in ("laya_own", "laya_client"):
+            write_suite(self.proj, suite, n, decisions)
+        for suite in RSS_SUITES if rss_n else ():
+            write_suite(self.proj, suite, rss_n, rss=True)
+        self.url = ""
+        self.cassette_bytes = 0
 
     def record(self) -> None:
-        laya = ["test_laya_own.py", "test_laya_client.py"]
-        recording = ["test_recording.py"]
+        laya = [f"test_{module_of(s)}.py" for s in ("laya_own", "laya_client")]
+        laya += [f"test_{module_of(s, self.decisions)}.py" for s in ("laya_own", "laya_client")]
+        recording = [f"test_{module_of('recording')}.py"]
         if self.rss_n:
-            laya += ["test_rss_laya_own.py", "test_rss_laya_client.py"]
-            recording += ["test_rss_recording.py"]
+            laya += [f"test_{module_of(s, rss=True)}.py" for s in ("laya_own", "laya_client")]
+            recording += [f"test_{module_of('recording', rss=True)}.py"]
         with FakeLayaServer() as fake:
             self.url = fake.url
             pytest_run(self.proj, [*laya, "--laya-record", "--laya-url", fake.url])
@@ -289,40 +295,40 @@ class Project:
         # The floors answer with what a cassette holds: the body and headers of test 0's answer.
         from vcr.serializers import yamlserializer
 
-        data = yamlserializer.deserialize(
-            (self.proj / "cassettes" / "test_laya_own" / "test_decide[0].yaml").read_text(encoding="utf-8"))
-        response = data["interactions"][0]["response"]
-        canned = (response["body"]["string"].encode("utf-8"),
-                  [(k, v) for k, vs in response["headers"].items() for v in vs])
-        for name in ("mock_httpx", "mock_kit"):
-            write_suite(self.proj, name, self.n, canned=canned)
-        self.cassette_bytes = len(
-            (self.proj / "cassettes" / "test_laya_own" / "test_decide[0].yaml").read_bytes())
+        first = self.proj / "cassettes" / "test_laya_own" / "test_decide[0].yaml"
+        response = yamlserializer.deserialize(first.read_text(encoding="utf-8"))["interactions"][0]["response"]
+        canned = (response["body"]["string"].encode("utf-8"), [(k, v) for k, vs in response["headers"].items() for v in vs])
+        for suite in ("mock_httpx", "mock_kit"):
+            write_suite(self.proj, suite, self.n, canned=canned)
+            write_suite(self.proj, suite, self.n, self.decisions, canned=canned)
+        self.cassette_bytes = len(first.read_bytes())
 
-    def args(self, suite: str, module: str | None = None) -> tuple[list[str], dict[str, str]]:
-        path = f"test_{module or suite}.py"
-        if suite == "recording":
-            return [path, "--record-mode=none"], {URL_ENV: self.url}
-        return [path], {}
+    def args(self, module: str) -> tuple[list[str], dict[str, str]]:
+        if module.removeprefix("rss_").startswith("recording"):
+            return [f"test_{module}.py", "--record-mode=none"], {URL_ENV: self.url}
+        return [f"test_{module}.py"], {}
 
-    def run(self, suite: str) -> tuple[float, float]:
-        args, env = self.args(suite)
-        wall, cpu, done = pytest_run(self.proj, args, env)
-        if f"{self.n} passed" not in done.stdout:
-            raise RuntimeError(f"suite {suite}: expected {self.n} passed:\n{done.stdout[-2000:]}")
-        return wall, cpu
+    def run(self, module: str, tests: int) -> dict[str, float]:
+        """One run of a suite: its wall time, its process's CPU time, and its CPU time from the first
+        test to the end (start-up and collection left out: they add noise, not per-test cost)."""
+        args, env = self.args(module)
+        loop_file = self.root / "loop.txt"
+        wall, cpu, done = pytest_run(self.proj, args, {**env, LOOP_ENV: str(loop_file)})
+        if f"{tests} passed" not in done.stdout:
+            raise RuntimeError(f"{module}: expected {tests} passed:\n{done.stdout[-2000:]}")
+        return {"wall": wall, "cpu": cpu, "loop": float(loop_file.read_text())}
 
     def rss(self, suite: str) -> dict[str, int]:
-        args, env = self.args(suite, module=f"rss_{suite}")
-        out_file = self.root / f"rss_{suite}.json"
-        env = {**env, RSS_ENV: str(out_file)}
-        _, _, done = pytest_run(self.proj, args, env)
+        module = module_of(suite, rss=True)
+        args, env = self.args(module)
+        out_file = self.root / f"{module}.json"
+        _, _, done = pytest_run(self.proj, args, {**env, RSS_ENV: str(out_file)})
         if f"{self.rss_n} passed" not in done.stdout:
-            raise RuntimeError(f"rss suite {suite}: expected {self.rss_n} passed:\n{done.stdout[-2000:]}")
+            raise RuntimeError(f"{module}: expected {self.rss_n} passed:\n{done.stdout[-2000:]}")
         return {k: int(v) for k, v in json.loads(out_file.read_text()).items()}
 
     def profile(self, suite: str, top: int) -> str:
-        args, env = self.args(suite)
+        args, env = self.args(module_of(suite))
         out = self.root / f"{suite}.prof"
         pytest_run(self.proj, args, env, extra=["-m", "cProfile", "-o", str(out)])
         text = io.StringIO()
@@ -336,89 +342,104 @@ class Project:
 
 # ------------------------------------------------------------------------------ measuring
 
+UNITS = ("cpu", "loop", "wall")  # process CPU time, CPU time from the first test on ("test-loop"), wall time
+
+
 def measure(project: Project, rounds: int) -> dict[str, Any]:
-    for suite in SUITES:  # warm-up: bytecode, page cache; also checks every suite passes
-        project.run(suite)
-    samples: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in SUITES}
+    modules = [module_of(s) for s in PER_TEST] + [module_of(s, project.decisions) for s in PER_DECISION]
+    for module in modules:  # warm-up: bytecode, page cache; also checks every suite passes
+        project.run(module, project.n)
+    samples: dict[str, dict[str, list[float]]] = {m: {unit: [] for unit in UNITS} for m in modules}
     for _ in range(rounds):
-        for suite in SUITES:
-            wall, cpu = project.run(suite)
-            samples[suite]["wall"].append(wall)
-            samples[suite]["cpu"].append(cpu)
-    out: dict[str, Any] = {"suites": {}}
-    for suite in SUITES:
-        out["suites"][suite] = {"wall_s": samples[suite]["wall"], "cpu_s": samples[suite]["cpu"],
-                                "median_wall_s": statistics.median(samples[suite]["wall"]),
-                                "median_cpu_s": statistics.median(samples[suite]["cpu"])}
-    n = project.n
-    for suite in SUITES[1:]:
-        row = out["suites"][suite]
-        floor = out["suites"]["empty"]
-        row["per_test_cpu_ms"] = (row["median_cpu_s"] - floor["median_cpu_s"]) * 1000.0 / n
-        row["per_test_wall_ms"] = (row["median_wall_s"] - floor["median_wall_s"]) * 1000.0 / n
-        # per round, against that round's floor: how much the per-test figure moves
-        row["per_test_cpu_ms_by_round"] = [(c - f) * 1000.0 / n for c, f in zip(row["cpu_s"], floor["cpu_s"])]
-        row["per_test_wall_ms_by_round"] = [(w - f) * 1000.0 / n for w, f in zip(row["wall_s"], floor["wall_s"])]
-    return out
+        for module in modules:
+            for unit, value in project.run(module, project.n).items():
+                samples[module][unit].append(value)
+    runs = {m: {**{f"{unit}_s": samples[m][unit] for unit in UNITS},
+                **{f"median_{unit}_s": statistics.median(samples[m][unit]) for unit in UNITS}} for m in modules}
+    n, d = project.n, project.decisions
+    floor = runs["empty"]
+    per_test: dict[str, Any] = {}
+    for suite in PER_TEST[1:]:
+        row = runs[suite]
+        per_test[suite] = {unit: (row[f"median_{unit}_s"] - floor[f"median_{unit}_s"]) * 1000.0 / n for unit in UNITS}
+        per_test[suite]["cpu_by_round"] = [(c - f) * 1000.0 / n for c, f in zip(row["cpu_s"], floor["cpu_s"])]
+        per_test[suite]["loop_by_round"] = [(c - f) * 1000.0 / n for c, f in zip(row["loop_s"], floor["loop_s"])]
+    per_decision: dict[str, Any] = {}
+    for suite in PER_DECISION:
+        one, many = runs[suite], runs[module_of(suite, d)]
+        per_decision[suite] = {unit: (many[f"median_{unit}_s"] - one[f"median_{unit}_s"]) * 1e6 / (n * (d - 1))
+                               for unit in UNITS}
+    return {"runs": runs, "per_test_ms": per_test, "per_decision_us": per_decision}
 
 
 def ratios(res: dict[str, Any]) -> dict[str, float]:
-    s = res["suites"]
+    t, d = res["per_test_ms"], res["per_decision_us"]
     out = {}
-    for unit in ("cpu", "wall"):
-        rec = s["recording"][f"per_test_{unit}_ms"]
-        for laya, mock in (("laya_own", "mock_httpx"), ("laya_client", "mock_kit")):
-            out[f"{laya}_vs_recording_{unit}"] = s[laya][f"per_test_{unit}_ms"] / rec
-            out[f"{laya}_vs_{mock}_{unit}"] = s[laya][f"per_test_{unit}_ms"] / s[mock][f"per_test_{unit}_ms"]
+    for unit in UNITS:
+        for laya, mock in PEERS.items():
+            out[f"{laya}_per_test_vs_recording_{unit}"] = t[laya][unit] / t["recording"][unit]
+            out[f"{laya}_per_decision_vs_{mock}_{unit}"] = d[laya][unit] / d[mock][unit]
     return out
 
-
-# ------------------------------------------------------------------------------ report
 
 def verdicts(res: dict[str, Any]) -> list[str]:
     r = res["ratios"]
     met = lambda ok: "MET" if ok else "NOT MET"  # noqa: E731
     lines = []
-    for laya in ("laya_own", "laya_client"):
-        v = r[f"{laya}_vs_recording_cpu"]
-        lines.append(f"{LABELS[laya]} / pytest-recording per test (CPU) = {v:.2f}x (wall {r[f'{laya}_vs_recording_wall']:.2f}x)"
-                     f" (goal <= {TARGET_VS_RECORDING}x): {met(v <= TARGET_VS_RECORDING)}")
-    for laya, mock in (("laya_own", "mock_httpx"), ("laya_client", "mock_kit")):
-        v = r[f"{laya}_vs_{mock}_cpu"]
-        lines.append(f"{LABELS[laya]} / {LABELS[mock]} per test (CPU) = {v:.2f}x (wall {r[f'{laya}_vs_{mock}_wall']:.2f}x)"
-                     f" (goal <= {TARGET_VS_MOCK}x): {met(v <= TARGET_VS_MOCK)}")
-    for suite, row in res.get("rss", {}).items():
-        if suite == "tests":
+    for laya in PEERS:
+        v = r[f"{laya}_per_test_vs_recording_loop"]
+        lines.append(f"per test, {LABELS[laya]} / pytest-recording = {v:.2f}x test-loop CPU "
+                     f"({r[f'{laya}_per_test_vs_recording_cpu']:.2f}x process CPU, "
+                     f"{r[f'{laya}_per_test_vs_recording_wall']:.2f}x wall) (goal <= {TARGET_VS_RECORDING}x): "
+                     f"{met(v <= TARGET_VS_RECORDING)}")
+    for laya, mock in PEERS.items():
+        v = r[f"{laya}_per_decision_vs_{mock}_loop"]
+        lines.append(f"per decision, {LABELS[laya]} / {LABELS[mock]} = {v:.2f}x test-loop CPU "
+                     f"({r[f'{laya}_per_decision_vs_{mock}_cpu']:.2f}x process CPU, "
+                     f"{r[f'{laya}_per_decision_vs_{mock}_wall']:.2f}x wall) (goal <= {TARGET_VS_MOCK}x): "
+                     f"{met(v <= TARGET_VS_MOCK)}")
+    rss = res.get("rss", {})
+    for suite in RSS_SUITES:
+        if suite not in rss:
             continue
-        growth = row["growth_mb"]
-        goal = f" (goal <= {TARGET_RSS_GROWTH_MB:g} MB): {met(growth <= TARGET_RSS_GROWTH_MB)}" if suite.startswith("laya") else ""
-        lines.append(f"RSS {LABELS[suite]}: after 10 tests {row['after_10_mb']:.1f} MB, after {res['rss']['tests']} "
-                     f"{row['after_n_mb']:.1f} MB, +{growth:.1f} MB{goal}")
+        row = rss[suite]
+        goal = (f" (goal <= {TARGET_RSS_GROWTH_MB:g} MB): {met(row['growth_mb'] <= TARGET_RSS_GROWTH_MB)}"
+                if suite.startswith("laya") else "")
+        lines.append(f"RSS, {LABELS[suite]}: {row['after_10_mb']:.1f} MB after 10 tests, {row['after_n_mb']:.1f} MB "
+                     f"after {rss['tests']}: +{row['growth_mb']:.1f} MB{goal}")
     return lines
 
 
+# ------------------------------------------------------------------------------ report
+
 def print_report(res: dict[str, Any]) -> None:
     m, v = res["machine"], res["versions"]
-    print(f"machine: {m['cpus']} cpus, {m['platform']}; load average before {m['loadavg_before']}, after {m.get('loadavg_after')}")
+    print(f"machine: {m['cpus']} cpus, {m['platform']}; load average before {m['loadavg_before']}, "
+          f"after {m.get('loadavg_after')}")
     print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items()))
-    print(f"{res['tests']} tests per suite, {res['rounds']} interleaved rounds (after a warm-up run each); "
-          f"cassette of one decision: {res['cassette_bytes']:,} bytes")
+    print(f"{res['tests']} tests per suite ({res['decisions']} decisions per test in the per-decision suites), "
+          f"{res['rounds']} interleaved rounds after a warm-up run each; a one-decision cassette is "
+          f"{res['cassette_bytes']:,} bytes")
     print()
-    print("| suite | CPU s per round | median CPU s | wall s per round | median wall s | per test over floor, CPU | wall |")
-    print("|---|---|---:|---|---:|---:|---:|")
-    for suite in SUITES:
-        row = res["suites"][suite]
-        cpu_rounds = " / ".join(f"{x:.2f}" for x in row["cpu_s"])
-        wall_rounds = " / ".join(f"{x:.2f}" for x in row["wall_s"])
-        per_cpu = f"{row['per_test_cpu_ms']:.2f} ms" if "per_test_cpu_ms" in row else "(floor)"
-        per_wall = f"{row['per_test_wall_ms']:.2f} ms" if "per_test_wall_ms" in row else ""
-        print(f"| {LABELS[suite]} | {cpu_rounds} | {row['median_cpu_s']:.2f} | {wall_rounds} | {row['median_wall_s']:.2f} "
-              f"| {per_cpu} | {per_wall} |")
+    print("| suite | decisions per test | CPU s per round | median | test-loop CPU s per round | median | wall s per round | median |")
+    print("|---|---:|---|---:|---|---:|---|---:|")
+    for module, row in res["runs"].items():
+        suite, _, many = module.partition("_d")
+        decisions = many if many.isdigit() else "1"
+        suite = module if not many.isdigit() else suite
+        cells = " | ".join(f"{' / '.join(f'{x:.2f}' for x in row[f'{unit}_s'])} | {row[f'median_{unit}_s']:.2f}" for unit in UNITS)
+        print(f"| {LABELS[suite]} | {decisions} | {cells} |")
     print()
-    print("per test over the floor, CPU ms, each round against its own floor:")
-    for suite in SUITES[1:]:
-        row = res["suites"][suite]
-        print(f"  {LABELS[suite]}: " + ", ".join(f"{x:.2f}" for x in row["per_test_cpu_ms_by_round"]))
+    print("| per test, over the empty floor | CPU ms | test-loop CPU ms | wall ms | CPU ms by round | test-loop CPU ms by round |")
+    print("|---|---:|---:|---:|---|---|")
+    for suite, row in res["per_test_ms"].items():
+        print(f"| {LABELS[suite]} | {row['cpu']:.2f} | {row['loop']:.2f} | {row['wall']:.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in row['cpu_by_round'])} | {', '.join(f'{x:.2f}' for x in row['loop_by_round'])} |")
+    print()
+    print("| per decision (one more decision in a test) | CPU us | test-loop CPU us | wall us |")
+    print("|---|---:|---:|---:|")
+    for suite, row in res["per_decision_us"].items():
+        print(f"| {LABELS[suite]} | {row['cpu']:.0f} | {row['loop']:.0f} | {row['wall']:.0f} |")
     print()
     for line in res["verdicts"]:
         print("- " + line)
@@ -429,6 +450,7 @@ def print_report(res: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", type=int, default=300, help="tests per suite (default 300)")
+    parser.add_argument("--decisions", type=int, default=10, help="decisions per test in the per-decision suites (default 10)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--rss-tests", type=int, default=1000, help="tests in the RSS suites (default 1000)")
     parser.add_argument("--skip-rss", action="store_true")
@@ -437,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     parser.add_argument("--keep", type=Path, help="generate the project in this (new) directory and keep it")
     args = parser.parse_args(argv)
+    if args.decisions < 2:
+        parser.error("--decisions must be at least 2")
 
     started = time.perf_counter()
     res: dict[str, Any] = {
@@ -444,15 +468,14 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_before": [round(x, 2) for x in os.getloadavg()]},
         "versions": versions(),
         "tests": args.tests,
+        "decisions": args.decisions,
         "rounds": args.rounds,
     }
     if args.keep:
         args.keep.mkdir(parents=True)
-        root = args.keep
-    else:
-        root = Path(tempfile.mkdtemp(prefix="bench-downstream-"))
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-downstream-"))
     try:
-        project = Project(root, args.tests, 0 if args.skip_rss else args.rss_tests)
+        project = Project(root, args.tests, args.decisions, 0 if args.skip_rss else args.rss_tests)
         project.record()
         res["cassette_bytes"] = project.cassette_bytes
         res.update(measure(project, args.rounds))
@@ -461,10 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             rss: dict[str, Any] = {"tests": args.rss_tests}
             for suite in RSS_SUITES:
                 points = project.rss(suite)
-                last = max(int(k) for k in points)
+                last = str(max(int(k) for k in points))
                 rss[suite] = {"points_mb": {k: round(b / 2**20, 1) for k, b in points.items()},
-                              "after_10_mb": points["10"] / 2**20, "after_n_mb": points[str(last)] / 2**20,
-                              "growth_mb": (points[str(last)] - points["10"]) / 2**20}
+                              "after_10_mb": points["10"] / 2**20, "after_n_mb": points[last] / 2**20,
+                              "growth_mb": (points[last] - points["10"]) / 2**20}
             res["rss"] = rss
         if args.profile:
             res["profile"] = "".join(project.profile(s, args.profile_top) for s in ("laya_own", "laya_client", "recording"))
