@@ -129,6 +129,7 @@ class Switchboard:
         self.block_network = False
         self.allowed_hosts: frozenset[str] = frozenset()
         self.ignored_hosts: frozenset[str] = frozenset()
+        self._last: tuple[Any, Route] | None = None
 
     # -- activation
 
@@ -141,6 +142,7 @@ class Switchboard:
                 raise RuntimeError("this switchboard is already active; pytest-laya routes one test at a time")
             self._active = True
         self.laya = tuple(laya)
+        self._last = None
         self.outer = _OuterCassette(outer) if outer is not None else None
         self.block_network = block_network
         self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
@@ -152,7 +154,7 @@ class Switchboard:
                 entered.append(patcher)
             yield self
         finally:
-            self.laya, self.outer = (), None
+            self.laya, self.outer, self._last = (), None, None
             try:
                 _undo(entered)
             finally:
@@ -169,6 +171,16 @@ class Switchboard:
     # -- routing
 
     def _route(self, request: Any) -> Route:
+        # vcrpy asks twice about the same request object (can play? then play): decide once.
+        last = self._last
+        if last is not None and last[0] is request:
+            route: Route = last[1]
+            return route
+        route = self._decide(request)
+        self._last = (request, route)
+        return route
+
+    def _decide(self, request: Any) -> Route:
         host = host_of(request.uri)
         if host not in self.ignored_hosts:
             for route in self.laya:

@@ -312,20 +312,31 @@ class Spec:
 
         `body` may be the raw bytes, decoded text, or already-parsed JSON.
         """
+        return self.judge(method, path, status, headers, body)[0]
+
+    def judge(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+        body: bytes | str | Any,
+    ) -> tuple[list[Violation], list[str]]:
+        """(`violations(...)`, `documented_headers(...)`) of one response, from one lookup."""
         op, found = self._locate(method, path)
         if op is None:
-            return found
+            return found, []
         documented_response = self._response(op, status)
         if documented_response is None:
             documented = sorted(str(k) for k in op.definition.get("responses", {}))
             return [Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
-                              rule=f"{op.pointer}/responses")]
+                              rule=f"{op.pointer}/responses")], []
         response, pointer = documented_response
         lowered = _lower_headers(headers)
         problems = self._header_violations(response, pointer, lowered)
         problems += self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
                                              where="/body", kind="response")
-        return problems
+        return problems, [lower for _name, lower, *_ in self._header_plan(response, pointer)]
 
     def request_violations(self, method: str, path: str, body: bytes | str | Any,
                            headers: Mapping[str, str] | None = None) -> list[Violation]:

@@ -225,3 +225,13 @@ def test_each_body_is_judged_on_its_own_bytes_whatever_was_checked_before():
         for spec in (Spec.current(), Spec.target()):
             found = v(spec, body, headers={**JSON, "x-request-id": "r-1"})
             assert any(x.where == "/body/answers/q/confidence" for x in found) is broken, (spec.name, found)
+
+
+def test_judge_is_violations_and_documented_headers_in_one():
+    from tests.helpers.recorded import recordings
+
+    for rec in recordings()[:40]:
+        for spec in (Spec.current(), Spec.target()):
+            args = (rec.method, rec.path, rec.status, rec.headers, rec.body_bytes)
+            assert spec.judge(*args) == (spec.violations(*args), spec.documented_headers(rec.method, rec.path, rec.status))
+    assert Spec.target().judge("GET", "/nowhere", 200, {}, b"") == (Spec.target().violations("GET", "/nowhere", 200, {}, b""), [])
