@@ -271,7 +271,7 @@ def _classes() -> tuple[type, type]:
             if any(options.get(key) for key in _VCR_REQUEST_FILTERS) or any(
                     getattr(self, key) for key in _VCR_REQUEST_FILTERS[:-2]):
                 return super()._build_before_record_request(options)
-            hosts = set(options.get("ignore_hosts", self.ignore_hosts))
+            hosts = set(options.get("ignore_hosts", self.ignore_hosts) or ())
             if options.get("ignore_localhost", self.ignore_localhost):
                 hosts.update(("localhost", "0.0.0.0", "127.0.0.1", "::1"))
             ignored = self._build_ignore_hosts(hosts) if hosts else None

@@ -40,14 +40,16 @@ class _NotPlain(Exception):
 
 
 @functools.cache
-def _loader_class() -> type:
+def _loader_class() -> Any:
     try:
-        from vcr.serializers.yamlserializer import _CassetteLoader as base
-    except ImportError:  # pragma: no cover - a vcrpy without it: PyYAML's safe loader
+        from vcr.serializers import yamlserializer
+
+        base: Any = yamlserializer._CassetteLoader
+    except (ImportError, AttributeError):  # pragma: no cover - another vcrpy: PyYAML's safe loader
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     tags: dict[str, str] = {}
 
-    class CassetteLoader(base):  # type: ignore[misc, valid-type]
+    class CassetteLoader(base):
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             if kind is not ScalarNode or self.yaml_path_resolvers:
                 return super().resolve(kind, value, implicit)
