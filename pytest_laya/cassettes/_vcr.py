@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import vcr
 
 from pytest_laya.cassettes.config import CassetteConfig
-from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteMiss, CassetteMissing, Unplayed
+from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
 from pytest_laya.cassettes.matching import (
     MATCH_ON,
@@ -37,7 +37,7 @@ from pytest_laya.cassettes.matching import (
     request_body,
 )
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
-from pytest_laya.cassettes.persist import Persister
+from pytest_laya.cassettes.persist import Persister, fresh_interactions
 from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
 from pytest_laya.intercept.switchboard import vcr_response_fixes
 
@@ -75,6 +75,43 @@ def _classes() -> tuple[type, type]:
             # vcrpy asks can_play_response_for and then play_response with the same request
             # object: scrub (deep copy + filter) it once, not once per call.
             self._laya_last: tuple[Any, Any] | None = None
+
+        def _load(self) -> None:
+            """Replay: vcrpy's load, minus its deep copies of objects nobody else holds.
+
+            Each recorded interaction becomes fresh vcrpy objects (`fresh_interactions`), goes
+            through `append`'s filters (request ids, ignored hosts, the scrubber) exactly as
+            vcrpy's ``_load`` would send it, and is kept; the parsed file is shared with the
+            cache, never changed. Recording (or a load hook) takes vcrpy's own path.
+            """
+            persister = self._persister
+            if self.record_mode != RecordMode.NONE or self._after_load_interaction or not isinstance(persister, Persister):
+                return super()._load()
+            path = Path(self._path)
+            data = persister.read(path)
+            if data is None:
+                return None
+            try:
+                requests, responses = fresh_interactions(data)
+            except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+                raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}", path=path) from None
+            with self._laya_lock:
+                for request, response in zip(requests, responses):
+                    response = without_request_ids(response, request)
+                    filtered = self._before_record_request(request)
+                    if not filtered:
+                        continue
+                    response = self._before_record_response(response)  # fresh: no copy needed
+                    if response is None:
+                        continue
+                    self.data.append((filtered, response))
+                    self._old_interactions.append((filtered, response))
+            self._loaded_count = len(self.data)
+            self.dirty = False
+            self.rewound = True
+            metadata = data.get("metadata")
+            self._metadata = dict(metadata) if isinstance(metadata, dict) else {}
+            return None
 
         @property
         def _laya_path(self) -> Path:
@@ -207,7 +244,7 @@ def _classes() -> tuple[type, type]:
             self.laya_api_key = api_key
             self.laya_config = config or CassetteConfig()
             self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
-            self._laya_cassette_class: Any = type("LayaCassette", (LayaCassette,), {"record_hint": record_hint})
+            self._laya_cassette_class: Any = _cassette_class(LayaCassette, record_hint)
             super().__init__(
                 record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
                 cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
@@ -223,6 +260,30 @@ def _classes() -> tuple[type, type]:
             )
             self.register_matcher("laya_body", laya_body_matcher)
             self.register_persister(Persister(record=self.laya_record, deferred=False))
+
+        def _build_before_record_request(self, options: dict[str, Any]) -> Any:
+            """vcrpy's filter of every request, with a cheap copy where vcrpy deep-copies.
+
+            The filters are those vcrpy would compose here -- the ignored hosts, then the scrubber
+            -- when no vcrpy-level filter is configured (the kit's own filters are the
+            scrubber's); otherwise vcrpy builds it.
+            """
+            if any(options.get(key) for key in _VCR_REQUEST_FILTERS) or any(
+                    getattr(self, key) for key in _VCR_REQUEST_FILTERS[:-2]):
+                return super()._build_before_record_request(options)
+            hosts = set(options.get("ignore_hosts", self.ignore_hosts) or ())
+            if options.get("ignore_localhost", self.ignore_localhost):
+                hosts.update(("localhost", "0.0.0.0", "127.0.0.1", "::1"))
+            ignored = self._build_ignore_hosts(hosts) if hosts else None
+            scrub = self.before_record_request
+
+            def before_record_request(request: Any) -> Any:
+                request = copy_request(request)
+                if ignored is not None and ignored(request) is None:
+                    return None
+                return scrub(request) if scrub is not None else request
+
+            return before_record_request
 
         def get_merged_config(self, **kwargs: Any) -> dict[str, Any]:
             for forbidden in ("record_mode", "allow_playback_repeats", "match_on", "serializer"):
@@ -252,6 +313,34 @@ def _classes() -> tuple[type, type]:
             return open_cassette(self, path, provenance)
 
     return LayaVCR, LayaCassette
+
+
+#: vcrpy's own request filters (keyword and VCR attribute names): when any is set, vcrpy composes
+#: the filter of every request itself. The last two are keywords only.
+_VCR_REQUEST_FILTERS = ("filter_headers", "filter_query_parameters", "filter_post_data_parameters",
+                        "before_record", "before_record_request")
+
+
+@functools.cache
+def _cassette_class(base: type, record_hint: str) -> type:
+    """The cassette class whose misses advise `record_hint`; one per hint, not one per cassette."""
+    return type("LayaCassette", (base,), {"record_hint": record_hint})
+
+
+def copy_request(request: Any) -> Any:
+    """A vcrpy `Request` of one's own, as ``copy.deepcopy`` gives, at a fraction of its cost: its
+    parts are immutable (method, URI, its parse, body bytes) but for the headers and a chunked
+    body, which are copied. A cached canonical body is not carried over (the copy may change)."""
+    from vcr.request import HeadersDict
+
+    copied = object.__new__(type(request))
+    state = dict(request.__dict__)
+    state.pop("_laya_canonical", None)
+    state["_headers"] = HeadersDict(request._headers)
+    if isinstance(state.get("_body"), list):
+        state["_body"] = list(state["_body"])
+    copied.__dict__.update(state)
+    return copied
 
 
 def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_laya.cassettes.errors import CassetteUnplayed, Unplayed
-from pytest_laya.cassettes.persist import Persister, atomic_write, recorded_date, render, today
+from pytest_laya.cassettes.persist import Persister, atomic_write, provenance_of, recorded_date, render, today
 from pytest_laya.cassettes.scrub import Scrubber
 
 __all__ = [
@@ -76,10 +76,7 @@ class CassetteHandle:
         """Replay: ``metadata.pytest_laya`` of the loaded file. Record: what will be written."""
         if self.record:
             return {"format": PROVENANCE_FORMAT, **self._provenance}
-        loaded = self._persister.loaded
-        meta = loaded.get("metadata") if loaded else None
-        value = meta.get("pytest_laya") if isinstance(meta, dict) else None
-        return dict(value) if isinstance(value, dict) else None
+        return provenance_of(self._persister.loaded)
 
     def set_provenance(self, **fields: Any) -> None:
         """Record where the interactions came from: server, identity, spec, laya_version.

@@ -8,10 +8,12 @@ new one, never a part.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -237,10 +239,53 @@ def _check_structure(path: Path, data: Any) -> None:
                       f"{'a mapping' if expected == (dict,) else 'an integer' if expected == (int,) else 'a string'}")
 
 
+#: Parsed cassettes by path, with the file's identity when it was read (inode, size, mtime and
+#: ctime in ns). A test reads its file once for where it was recorded and again to open it, and
+#: verify reads it twice too: the second read costs a stat. Bounded, so memory stays flat over
+#: a run of any length; a file that changed on disk (any write, or an atomic replace) is read again.
+_PARSED: collections.OrderedDict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] = collections.OrderedDict()
+_PARSED_MAX = 16
+_PARSED_LOCK = threading.Lock()
+
+
 def read_cassette(path: Path) -> dict[str, Any] | None:
-    """The cassette at `path` parsed with vcrpy's safe loader and checked; None if there is none."""
+    """The cassette at `path` parsed as vcrpy's safe loader parses it, and checked; None if there is none.
+
+    The result is shared with later reads of the unchanged file: treat it as read-only
+    (`fresh_interactions` gives vcrpy objects of one's own).
+    """
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CassetteError(f"cassette {path} cannot be read: {exc}", path=path) from exc
+    key = str(path)
+    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    with _PARSED_LOCK:
+        cached = _PARSED.get(key)
+        if cached is not None and cached[0] == identity:
+            _PARSED.move_to_end(key)
+            return cached[1]
+    data = _parse_cassette(path)
+    if data is not None:
+        try:
+            unchanged = os.stat(path)
+        except OSError:
+            return data
+        if (unchanged.st_ino, unchanged.st_size, unchanged.st_mtime_ns, unchanged.st_ctime_ns) == identity:
+            with _PARSED_LOCK:  # cached only if the file did not change while it was read
+                _PARSED[key] = (identity, data)
+                _PARSED.move_to_end(key)
+                while len(_PARSED) > _PARSED_MAX:
+                    _PARSED.popitem(last=False)
+    return data
+
+
+def _parse_cassette(path: Path) -> dict[str, Any] | None:
     import yaml
-    from vcr.serializers import yamlserializer
+
+    from pytest_laya.cassettes import yaml_loader
 
     try:
         raw = path.read_bytes()
@@ -258,11 +303,73 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
     except UnicodeDecodeError as exc:
         raise CassetteError(f"cassette {path} is not UTF-8 text ({exc})", path=path) from None
     try:
-        data = yamlserializer.deserialize(text)
+        data = yaml_loader.load(text)
     except yaml.YAMLError as exc:
         raise _yaml_problem(path, exc) from None
     _check_structure(path, data)
     return data
+
+
+def provenance_of(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``metadata.pytest_laya`` of parsed cassette data, as a copy of one's own (None if absent)."""
+    meta = data.get("metadata") if data else None
+    value = meta.get("pytest_laya") if isinstance(meta, dict) else None
+    return _copied(value, {}) if isinstance(value, dict) else None
+
+
+def fresh_interactions(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """vcrpy's (requests, responses) of parsed, checked cassette data, as vcrpy's own deserializer
+    builds them (bodies as bytes), without touching `data`: the objects are the caller's to change."""
+    from vcr.request import Request
+
+    requests, responses = [], []
+    for interaction in data["interactions"]:
+        requests.append(Request(**interaction["request"]))
+        response = _fresh_response(interaction["response"])
+        body = response.get("body")
+        if isinstance(body, dict) and isinstance(body.get("string"), str):
+            with contextlib.suppress(UnicodeEncodeError):
+                body["string"] = body["string"].encode("utf-8")
+        responses.append(response)
+    return requests, responses
+
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _fresh_response(response: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a checked response: its usual parts (a status and a body of scalars, headers as
+    lists of strings) copied directly, anything else by `_copied`."""
+    memo: dict[int, Any] = {}
+    out: dict[str, Any] = {}
+    for key, value in response.items():
+        if key == "headers" and type(value) is dict and all(type(v) is list for v in value.values()):
+            out[key] = {name: [v if type(v) is str else _copied(v, memo) for v in values] for name, values in value.items()}
+        elif type(value) is dict and all(isinstance(v, _SCALARS) for v in value.values()):
+            out[key] = dict(value)
+        else:
+            out[key] = _copied(value, memo)
+    return out
+
+
+def _copied(value: Any, memo: dict[int, Any]) -> Any:
+    """A copy of YAML data (mappings and lists copied, scalars shared: they are immutable); a
+    node the file aliases several times is copied once, so an alias bomb stays small."""
+    if not isinstance(value, (dict, list)):
+        return value
+    done = memo.get(id(value))
+    if done is not None:
+        return done
+    if isinstance(value, dict):
+        mapping: dict[Any, Any] = {}
+        memo[id(value)] = mapping
+        for key, item in value.items():
+            mapping[key] = _copied(item, memo)
+        return mapping
+    items: list[Any] = []
+    memo[id(value)] = items
+    items.extend(_copied(item, memo) for item in value)
+    return items
 
 
 class _Parsed:
@@ -305,21 +412,25 @@ class Persister:
         self.loaded: dict[str, Any] | None = None
 
     def load_cassette(self, cassette_path: Any, serializer: Any) -> tuple[list[Any], list[Any]]:
-        from vcr import serialize
         from vcr.persisters.filesystem import CassetteNotFoundError
 
         path = Path(cassette_path)
         if self.record:
             raise CassetteNotFoundError()
-        data = read_cassette(path)
+        data = self.read(path)
         if data is None:
             raise CassetteNotFoundError()
         try:
-            requests, responses, *_ = serialize.deserialize("", _Parsed(data))
+            return fresh_interactions(data)
         except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
             raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}", path=path) from None
-        self.loaded = data
-        return requests, responses
+
+    def read(self, path: Path) -> dict[str, Any] | None:
+        """Replay: the parsed cassette at `path` (shared, read-only), kept as `loaded`; None if absent."""
+        data = read_cassette(path)
+        if data is not None:
+            self.loaded = data
+        return data
 
     def save_cassette(self, cassette_path: Any, cassette_dict: Mapping[str, Any], serializer: Any) -> None:
         if not self.record or self.deferred:

@@ -334,13 +334,13 @@ def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> d
     A cassette stores what the client read, so replay needs no decoder; vcrpy's own decoding has
     no size bound, so a small compression bomb would grow to gigabytes while recording.
     """
+    encoding = next((v for k, v in headers.items() if str(k).lower() == "content-encoding"), None)
+    if not encoding:
+        return headers
     from pytest_laya.cassettes.errors import CassetteError
     from pytest_laya.client.call import MAX_RESPONSE_BYTES
     from pytest_laya.client.decoding import BodyTooLarge, UndecodableBody, decode_body
 
-    encoding = next((v for k, v in headers.items() if str(k).lower() == "content-encoding"), None)
-    if not encoding:
-        return headers
     encoding = ", ".join(map(str, encoding)) if isinstance(encoding, (list, tuple)) else str(encoding)
     body = response.get("body") or {}
     try:

@@ -181,6 +181,25 @@ class _SocketWatchdog:
         self._timer.cancel()
 
 
+class _Unwatched:
+    """No watchdog: the client's own transport (`_DeadlineStream`) already ends every socket
+    operation at the deadline."""
+
+    fired = False
+
+    def watch_response(self, response: httpx.Response) -> None:
+        return None
+
+    def __enter__(self) -> _Unwatched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNWATCHED = _Unwatched()
+
+
 def _shutdown(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
@@ -212,6 +231,9 @@ class ServedLayaClient(ClientBase):
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
         self._http = httpx.Client(transport=transport if transport is not None else _deadline_transport(),
                                   follow_redirects=False, verify=ssl_context())
+        # The client's own transport bounds every socket operation by the deadline; only a
+        # transport passed in needs the watchdog (and its timer thread, one per attempt).
+        self._watched = transport is not None
 
     def decide(
         self,
@@ -257,11 +279,15 @@ class ServedLayaClient(ClientBase):
         remaining = deadline.remaining()
         if remaining <= 0:
             return Attempt(failure=TransportFailure.TIMED_OUT)
-        watchdog = _SocketWatchdog(remaining)
+        watchdog: _SocketWatchdog | _Unwatched = _UNWATCHED
+        extensions = None
+        if self._watched:
+            watchdog = _SocketWatchdog(remaining)
+            extensions = {"trace": watchdog.trace}
         started = time.monotonic()
         attempt = Attempt()
         request = self._http.build_request(method, self.settings.request_url + path, headers=headers, content=body,
-                                           timeout=httpx.Timeout(remaining), extensions={"trace": watchdog.trace})
+                                           timeout=httpx.Timeout(remaining), extensions=extensions)
 
         def check() -> None:
             if deadline.expired():

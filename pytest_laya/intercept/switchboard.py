@@ -129,6 +129,7 @@ class Switchboard:
         self.block_network = False
         self.allowed_hosts: frozenset[str] = frozenset()
         self.ignored_hosts: frozenset[str] = frozenset()
+        self._last: tuple[Any, Route] | None = None
 
     # -- activation
 
@@ -141,30 +142,45 @@ class Switchboard:
                 raise RuntimeError("this switchboard is already active; pytest-laya routes one test at a time")
             self._active = True
         self.laya = tuple(laya)
+        self._last = None
         self.outer = _OuterCassette(outer) if outer is not None else None
         self.block_network = block_network
         self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
         self.ignored_hosts = frozenset(_normal_host(h) for h in ignored_hosts)
+        entered: list[Any] = []
         try:
-            with contextlib.ExitStack() as patches:
-                for patcher in self._built():
-                    patches.enter_context(patcher)
-                yield self
+            for patcher in self._built():
+                patcher.__enter__()
+                entered.append(patcher)
+            yield self
         finally:
-            self.laya, self.outer = (), None
-            with self._lock:
-                self._active = False
+            self.laya, self.outer, self._last = (), None, None
+            try:
+                _undo(entered)
+            finally:
+                with self._lock:
+                    self._active = False
 
     def _built(self) -> list[Any]:
         if self._patchers is None:
             from vcr.patch import CassettePatcherBuilder
 
-            self._patchers = list(CassettePatcherBuilder(self).build())
+            self._patchers = [_attribute_patch(p) for p in CassettePatcherBuilder(self).build()]
         return self._patchers
 
     # -- routing
 
     def _route(self, request: Any) -> Route:
+        # vcrpy asks twice about the same request object (can play? then play): decide once.
+        last = self._last
+        if last is not None and last[0] is request:
+            route: Route = last[1]
+            return route
+        route = self._decide(request)
+        self._last = (request, route)
+        return route
+
+    def _decide(self, request: Any) -> Route:
         host = host_of(request.uri)
         if host not in self.ignored_hosts:
             for route in self.laya:
@@ -197,6 +213,60 @@ class Switchboard:
 
     def find_requests_with_most_matches(self, request: Any) -> list[Any]:  # aiohttp's stub asks on a miss
         return []
+
+
+class _AttributePatch:
+    """One of vcrpy's ``mock.patch.object(target, name, new)``, entered and undone as
+    `unittest.mock` does it, at a fraction of the cost (vcrpy's patches use no spec, autospec or
+    created attribute, so none of that machinery is needed). A test enters some 40 of these."""
+
+    __slots__ = ("target", "attribute", "new", "_saved")
+
+    def __init__(self, target: Any, attribute: str, new: Any) -> None:
+        self.target, self.attribute, self.new = target, attribute, new
+        self._saved: list[tuple[Any, bool]] = []
+
+    def __enter__(self) -> Any:
+        target, name = self.target, self.attribute
+        try:
+            original, local = target.__dict__[name], True
+        except (AttributeError, KeyError):
+            original, local = getattr(target, name), False  # AttributeError as mock raises it
+        setattr(target, name, self.new)
+        self._saved.append((original, local))
+        return self.new
+
+    def __exit__(self, *exc_info: Any) -> None:
+        original, local = self._saved.pop()
+        if local:
+            setattr(self.target, self.attribute, original)
+        else:  # the attribute was inherited: remove ours, as mock does
+            delattr(self.target, self.attribute)
+            if not hasattr(self.target, self.attribute):
+                setattr(self.target, self.attribute, original)
+
+
+def _undo(entered: list[Any]) -> None:
+    """Exit `entered` last first; every one is undone even if another raises (the first error is raised)."""
+    error: BaseException | None = None
+    for patcher in reversed(entered):
+        try:
+            patcher.__exit__(None, None, None)
+        except BaseException as exc:  # noqa: BLE001 - undo the rest, then raise
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+def _attribute_patch(patcher: Any) -> Any:
+    """`patcher` as an `_AttributePatch` when it is a plain ``mock.patch.object``, else itself."""
+    from unittest import mock
+
+    plain = (type(patcher) is mock._patch and patcher.new is not mock.DEFAULT and not patcher.create
+             and patcher.spec is None and patcher.spec_set is None and patcher.autospec is None
+             and patcher.new_callable is None and not patcher.kwargs and not patcher.additional_patchers
+             and patcher.attribute_name is None)
+    return _AttributePatch(patcher.getter(), patcher.attribute, patcher.new) if plain else patcher
 
 
 def _exit_without_swallowing(self: Any, *exc_info: Any) -> None:

@@ -61,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     run = config.stash[_STATE] = options.resolve(config)
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
     config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
+    if not config.pluginmanager.has_plugin("recording"):
+        config.pluginmanager.register(_empty_vcr_config(), f"laya-vcr-config-{id(config)}")
 
 
 def _overridden(item: pytest.Item, name: str) -> bool:
@@ -234,19 +236,28 @@ def laya_fake_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Itera
 
 
 @pytest.fixture
-def laya_vcr_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+def laya_vcr_config(vcr_config: Any) -> dict[str, Any]:
     """Your secrets, noise and hosts for Laya cassettes: ``filter_headers``, ``filter_query_parameters``,
     ``filter_post_data_parameters``, ``before_record_request``, ``before_record_response``,
-    ``allowed_hosts``, ``ignore_hosts``. Override it in a conftest.py; by default it is
-    pytest-recording's ``vcr_config`` when that plugin is installed (its own keys ignored)."""
-    try:
-        return FromVcrConfig(request.getfixturevalue("vcr_config") or {})
-    except pytest.FixtureLookupError:
-        return FromVcrConfig()
+    ``allowed_hosts``, ``ignore_hosts``. Override it in a conftest.py; by default it is your
+    ``vcr_config`` (pytest-recording's fixture; its own keys are ignored), or ``{}``."""
+    return FromVcrConfig(vcr_config or {})
+
+
+def _empty_vcr_config() -> types.ModuleType:
+    """A plugin giving ``vcr_config`` = ``{}``, registered only when pytest-recording (which has
+    one) is not installed: `laya_vcr_config` asks for it by name, and a project's own wins."""
+    holder = types.ModuleType("pytest_laya.plugin.vcr_config", "pytest-laya's vcr_config without pytest-recording")
+
+    def vcr_config() -> dict[str, Any]:
+        return {}
+
+    holder.vcr_config = pytest.fixture(vcr_config, scope="module")  # type: ignore[attr-defined]
+    return holder
 
 
 @pytest.fixture
-def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[ServerHandle]:
+def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_config: dict[str, Any]) -> Iterator[ServerHandle]:
     """The server this test talks to: a `ServerHandle` with `url`, `kind`, `spec`, `health()`, `identity()`.
 
     Chosen by the mode (replay: the cassette; live/record/verify: --laya-url; fake: the session's

@@ -16,6 +16,7 @@ cassette was recorded under; else the ``Laya-Spec`` header of the response, else
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,10 +69,14 @@ class TestRoute:
 # -- choosing the server and the route ------------------------------------------------------
 
 def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
-    from pytest_laya.cassettes.persist import recorded_provenance
+    from pytest_laya.cassettes.errors import CassetteError
+    from pytest_laya.cassettes.persist import provenance_of, read_cassette
     from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
 
-    provenance = recorded_provenance(path) or {}
+    try:  # parsed once: opening the cassette next reads the same parse
+        provenance = provenance_of(read_cassette(path)) or {}
+    except CassetteError:  # opening it reports the problem
+        provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
     return ServerHandle(url=run.url or REPLAY_URL, kind="replay", spec=_recorded_spec(run, provenance),
                         recorded_from=source)
@@ -183,17 +188,18 @@ def _open_cassette(run: LayaRun, route: TestRoute, request: pytest.FixtureReques
                    config: CassetteConfig) -> CassetteHandle:
     from pytest_laya.cassettes import laya_vcr
 
-    directory, relpath = cassette_location(request.node, run)
+    assert route.cassette_path is not None
     strict = marker_options(request.node).get("strict", run.strict)
-    vcr = laya_vcr(record=route.kind == "record", cassette_dir=directory, api_key=run.api_key,
-                   strict=bool(strict) and route.kind == "replay", record_hint=_record_hint(run), config=config)
-    return vcr.open(relpath)
+    vcr = laya_vcr(record=route.kind == "record", cassette_dir=None, api_key=run.api_key,
+                   strict=bool(strict) and route.kind == "replay", record_hint=_record_hint(run.url), config=config)
+    return vcr.open(route.cassette_path)  # the file `_choose` worked out (`cassette_file`)
 
 
-def _record_hint(run: LayaRun) -> str:
+@functools.lru_cache(maxsize=8)
+def _record_hint(url: str | None) -> str:
     from pytest_laya.client.settings import redact_url
 
-    return "--laya-record" + (f" --laya-url {redact_url(run.url)}" if run.url else "")
+    return "--laya-record" + (f" --laya-url {redact_url(url)}" if url else "")
 
 
 def vcr_config(request: pytest.FixtureRequest) -> CassetteConfig:
@@ -245,7 +251,12 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
                                       allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts):
             yield route
     finally:
-        close_test_route(request, run, route, check)
+        try:
+            close_test_route(request, run, route, check)
+        finally:
+            # The route holds the cassette, every exchange and the spec check: let them go with
+            # the test, not with the session (the item lives until the run ends).
+            del request.node.stash[ROUTE]
 
 
 def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRoute, check: _SpecCheck) -> None:

@@ -70,11 +70,10 @@ class Conformance:
     def check(self, exchange: Exchange, *, server: str, claimed: str) -> list[Violation]:
         """Record `exchange` against both specs; return the violations of the `claimed` one."""
         claimed_violations: list[Violation] = []
+        operation = f"{exchange.method} {exchange.path.split('?')[0]}"
         for name, load in SPECS.items():
-            spec = load()
-            violations = spec.violations(exchange.method, exchange.path, exchange.status, exchange.headers, exchange.body)
-            operation = f"{exchange.method} {exchange.path.split('?')[0]}"
-            documented = spec.documented_headers(exchange.method, exchange.path, exchange.status)
+            violations, documented = load().judge(exchange.method, exchange.path, exchange.status, exchange.headers,
+                                                  exchange.body)
             self._tallies[(server, name)].add(operation, documented, violations)
             if name == claimed:
                 claimed_violations = violations

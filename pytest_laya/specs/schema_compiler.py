@@ -22,15 +22,13 @@ jsonschema does not know are ignored, as jsonschema ignores them.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from numbers import Number
 from typing import Any
 from urllib.parse import unquote
-
-from jsonschema import Draft202012Validator
-from jsonschema._utils import equal, uniq
 
 __all__ = ["compile_schema"]
 
@@ -47,13 +45,66 @@ _IMPLEMENTED = frozenset({
     "minimum", "multipleOf", "not", "oneOf", "pattern", "patternProperties", "prefixItems",
     "properties", "propertyNames", "required", "type", "uniqueItems",
 })
-_VALIDATED = frozenset(Draft202012Validator.VALIDATORS)
+# The keywords jsonschema's Draft202012Validator validates with (its VALIDATORS), spelled out so
+# that compiling imports no jsonschema; tests/specs/test_schema_compiler.py checks they are its.
+_VALIDATED = frozenset({
+    "$dynamicRef", "$ref", "additionalProperties", "allOf", "anyOf", "const", "contains", "dependentRequired",
+    "dependentSchemas", "enum", "exclusiveMaximum", "exclusiveMinimum", "format", "if", "items", "maxItems",
+    "maxLength", "maxProperties", "maximum", "minItems", "minLength", "minProperties", "minimum", "multipleOf",
+    "not", "oneOf", "pattern", "patternProperties", "prefixItems", "properties", "propertyNames", "required",
+    "type", "unevaluatedItems", "unevaluatedProperties", "uniqueItems",
+})
 # Keywords that would change how references resolve, or which dialect applies: not reproduced.
 _RESOLUTION = frozenset({"$id", "$schema", "$dynamicAnchor", "$dynamicRef", "$recursiveRef",
                          "$recursiveAnchor", "$vocabulary"})
 _UNSUPPORTED = (_VALIDATED - _IMPLEMENTED) | _RESOLUTION
 
 _MISSING = object()
+
+
+# -- jsonschema's equality (jsonschema._utils: equal, uniq), here so that a predicate needs no
+#    jsonschema import; tests/specs/test_schema_compiler.py holds them to jsonschema's --------
+
+_TRUE, _FALSE = object(), object()
+
+
+def _unbool(element: Any) -> Any:
+    """True and 1, False and 0, made distinct (as jsonschema's `unbool`)."""
+    if element is True:
+        return _TRUE
+    if element is False:
+        return _FALSE
+    return element
+
+
+def equal(one: Any, two: Any) -> bool:
+    """JSON Schema equality: bools are not numbers, inside sequences and mappings too."""
+    if one is two:
+        return True
+    if isinstance(one, str) or isinstance(two, str):
+        return bool(one == two)
+    if isinstance(one, Sequence) and isinstance(two, Sequence):
+        return len(one) == len(two) and all(equal(i, j) for i, j in zip(one, two))
+    if isinstance(one, Mapping) and isinstance(two, Mapping):
+        return len(one) == len(two) and all(key in two and equal(value, two[key]) for key, value in one.items())
+    return bool(_unbool(one) == _unbool(two))
+
+
+def uniq(container: Any) -> bool:
+    """Whether all of `container`'s items differ, by `equal`."""
+    try:
+        ordered = sorted(_unbool(i) for i in container)
+        for i, j in zip(ordered, itertools.islice(ordered, 1, None)):
+            if equal(i, j):
+                return False
+    except (NotImplementedError, TypeError):
+        seen: list[Any] = []
+        for item in container:
+            item = _unbool(item)
+            if any(equal(i, item) for i in seen):
+                return False
+            seen.append(item)
+    return True
 
 
 class _Unsupported(Exception):

@@ -17,20 +17,21 @@ import importlib.resources
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import yaml
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import SchemaError, ValidationError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
 from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.wire import pointer as json_pointer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jsonschema import Draft202012Validator, FormatChecker
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
 
 __all__ = ["Spec", "Violation", "SpecError", "Operation", "CURRENT_SPEC_FILE", "TARGET_SPEC_FILE"]
 
@@ -39,11 +40,9 @@ TARGET_SPEC_FILE = "laya-systemone.openapi.yaml"
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 _JSON_MEDIA = re.compile(r"^application/(.+\+)?json$")
 _SHORT = 120
+_UNSEEN: Any = object()
+_REMEMBERED_PATHS = 512
 
-_formats = FormatChecker()
-
-
-@_formats.checks("uri-reference", raises=ValueError)
 def _is_uri_reference(value: object) -> bool:
     # jsonschema checks uri-reference only when an optional package is installed; a check that
     # silently does nothing is worse than this small RFC 3986 one.
@@ -52,7 +51,44 @@ def _is_uri_reference(value: object) -> bool:
     return re.fullmatch(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", value) is not None and " " not in value
 
 
-_FORMAT_CHECKS = {name: check for name, (check, _raises) in _formats.checkers.items()}
+# jsonschema (and referencing) are imported only when a response is rejected, a schema cannot be
+# compiled, or a spec's schemas are checked: conforming traffic is judged by the compiled
+# predicates alone, and replaying it never pays for importing them (some 60 ms a process).
+
+@functools.cache
+def _format_checker() -> FormatChecker:
+    """The FormatChecker the validators use: jsonschema's, with the kit's uri-reference."""
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker()
+    checker.checks("uri-reference", raises=ValueError)(_is_uri_reference)
+    return checker
+
+
+class _FormatChecks(Mapping[str, Callable[[Any], bool]]):
+    """Format name -> the check `_format_checker()` makes, for the compiled predicates; the kit's
+    own uri-reference (the one format the bundled specs use) without importing jsonschema."""
+
+    def __getitem__(self, name: str) -> Callable[[Any], bool]:
+        if name == "uri-reference":
+            return _is_uri_reference
+        check: Callable[[Any], bool] = _format_checker().checkers[name][0]
+        return check
+
+    def __contains__(self, name: object) -> bool:
+        return name == "uri-reference" or name in _format_checker().checkers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_format_checker().checkers)
+
+    def __len__(self) -> int:
+        return len(_format_checker().checkers)
+
+    def __bool__(self) -> bool:  # never empty; asking must not import jsonschema
+        return True
+
+
+_FORMAT_CHECKS = _FormatChecks()
 
 
 class SpecError(Exception):
@@ -181,24 +217,32 @@ def _leaves(error: ValidationError, base: list[Any]) -> list[tuple[list[Any], st
 class Spec:
     """One OpenAPI 3.1 document, ready to validate exchanges against."""
 
-    def __init__(self, document: Mapping[str, Any], *, name: str, source: str = "<memory>") -> None:
+    def __init__(self, document: Mapping[str, Any], *, name: str, source: str = "<memory>",
+                 check_schemas: bool = True) -> None:
+        """`check_schemas=False` skips validating each of ``components/schemas`` against the JSON
+        Schema meta-schema (the structure and every ``$ref`` are checked either way): the bundled
+        documents, which the package's own tests hold to openapi-spec-validator, skip it, since it
+        costs more than the rest of loading them at every start."""
         self.document = document
         self.name = name
         self.source = source
-        _check_document(document, source)
+        _check_document(document, source, schemas=check_schemas)
         self._uri = f"urn:pytest-laya:spec:{quote(name)}"
-        resource = Resource.from_contents(document, default_specification=DRAFT202012)
-        self._registry: Registry = Registry().with_resource(self._uri, resource).crawl()
+        self._registry_made: Registry | None = None  # made on the first rejection (`_registry`)
         self._validators: dict[str, Draft202012Validator] = {}
         # Accept-path predicates (see schema_compiler); None where a schema cannot be compiled.
         self._predicates: dict[str, Callable[[Any], bool] | None] = {}
         self._lock = threading.Lock()
         self._routes = _routes(document)
+        # What a lookup found, by path, (operation, status) and response: the document never changes.
+        self._routed: dict[str, dict[str, Operation] | None] = {}
+        self._responses: dict[tuple[str, int], tuple[Mapping[str, Any], str] | None] = {}
+        self._header_plans: dict[str, list[tuple[str, str, str, str, bool, bool]]] = {}
 
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_path(cls, path: str | Path, *, name: str | None = None) -> Spec:
+    def from_path(cls, path: str | Path, *, name: str | None = None, check_schemas: bool = True) -> Spec:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -210,7 +254,7 @@ class Spec:
             document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise SpecError(f"spec {path} is not valid YAML: {exc}") from None
-        return cls(document, name=name or path.name.split(".openapi")[0], source=str(path))
+        return cls(document, name=name or path.name.split(".openapi")[0], source=str(path), check_schemas=check_schemas)
 
     @classmethod
     def current(cls) -> Spec:
@@ -236,10 +280,13 @@ class Spec:
 
     def _route(self, path: str) -> dict[str, Operation] | None:
         path = path.split("?", 1)[0].split("#", 1)[0] or "/"
-        for pattern, ops in self._routes:
-            if pattern.fullmatch(path):
-                return ops
-        return None
+        found = self._routed.get(path, _UNSEEN)
+        if found is _UNSEEN:
+            found = next((ops for pattern, ops in self._routes if pattern.fullmatch(path)), None)
+            if len(self._routed) >= _REMEMBERED_PATHS:  # paths with ids in them are many: stay bounded
+                self._routed.clear()
+            self._routed[path] = found
+        return found
 
     def _locate(self, method: str, path: str) -> tuple[Operation | None, list[Violation]]:
         ops = self._route(path)
@@ -265,22 +312,31 @@ class Spec:
 
         `body` may be the raw bytes, decoded text, or already-parsed JSON.
         """
+        return self.judge(method, path, status, headers, body)[0]
+
+    def judge(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+        body: bytes | str | Any,
+    ) -> tuple[list[Violation], list[str]]:
+        """(`violations(...)`, `documented_headers(...)`) of one response, from one lookup."""
         op, found = self._locate(method, path)
         if op is None:
-            return found
-        responses = op.definition.get("responses", {})
-        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
-        if key is None:
-            documented = sorted(str(k) for k in responses)
+            return found, []
+        documented_response = self._response(op, status)
+        if documented_response is None:
+            documented = sorted(str(k) for k in op.definition.get("responses", {}))
             return [Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
-                              rule=f"{op.pointer}/responses")]
-        pointer = f"{op.pointer}/responses/{json_pointer.escape(key)}"
-        response, pointer = self._deref(responses[key], pointer)
+                              rule=f"{op.pointer}/responses")], []
+        response, pointer = documented_response
         lowered = _lower_headers(headers)
         problems = self._header_violations(response, pointer, lowered)
         problems += self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
                                              where="/body", kind="response")
-        return problems
+        return problems, [lower for _name, lower, *_ in self._header_plan(response, pointer)]
 
     def request_violations(self, method: str, path: str, body: bytes | str | Any,
                            headers: Mapping[str, str] | None = None) -> list[Violation]:
@@ -310,12 +366,10 @@ class Spec:
     def documented_headers(self, method: str, path: str, status: int) -> list[str]:
         """Lower-case names of the headers the spec documents for this response (none if undocumented)."""
         op = self.operation(method, path)
-        responses = op.definition.get("responses", {}) if op else {}
-        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
-        if key is None:
+        documented_response = self._response(op, status) if op else None
+        if documented_response is None:
             return []
-        response, _ = self._deref(responses[key], "")
-        return [name.lower() for name in (response.get("headers") or {}) if name.lower() != "content-type"]
+        return [lower for _name, lower, *_ in self._header_plan(*documented_response)]
 
     def is_valid(self, method: str, path: str, status: int, headers: Any, body: Any) -> bool:
         return not self.violations(method, path, status, headers, body)
@@ -333,14 +387,28 @@ class Spec:
             node = _resolvepointer(self.document, pointer, self.source)
         return node, pointer
 
+    @property
+    def _registry(self) -> Registry:
+        """The whole document as one `referencing` resource, so `$ref`s resolve anywhere in it."""
+        registry = self._registry_made
+        if registry is None:
+            from referencing import Registry, Resource
+            from referencing.jsonschema import DRAFT202012
+
+            resource = Resource.from_contents(self.document, default_specification=DRAFT202012)
+            registry = self._registry_made = Registry().with_resource(self._uri, resource).crawl()
+        return registry
+
     def _validator(self, pointer: str) -> Draft202012Validator:
         validator = self._validators.get(pointer)
         if validator is None:
+            from jsonschema import Draft202012Validator
+
             with self._lock:
                 validator = self._validators.get(pointer)
                 if validator is None:
                     validator = Draft202012Validator(
-                        {"$ref": f"{self._uri}#{pointer}"}, registry=self._registry, format_checker=_formats
+                        {"$ref": f"{self._uri}#{pointer}"}, registry=self._registry, format_checker=_format_checker()
                     )
                     self._validators[pointer] = validator
         return validator
@@ -366,19 +434,42 @@ class Spec:
                 found.append(Violation(where + json_pointer.pointer(path), expected, actual, rule="#" + pointer))
         return found
 
+    def _response(self, op: Operation, status: int) -> tuple[Mapping[str, Any], str] | None:
+        """(the response definition documenting `status` for `op`, its pointer); None if none does.
+        Worked out once per operation and status."""
+        found = self._responses.get((op.pointer, status), _UNSEEN)
+        if found is _UNSEEN:
+            responses = op.definition.get("responses", {})
+            key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)
+            found = None if key is None else self._deref(
+                responses[key], f"{op.pointer}/responses/{json_pointer.escape(key)}")
+            self._responses[(op.pointer, status)] = found
+        return found
+
+    def _header_plan(self, response: Mapping[str, Any], pointer: str) -> list[tuple[str, str, str, str, bool, bool]]:
+        """The headers `response` documents but Content-Type: (name, lower-case name, where a
+        violation points, the definition's pointer, required, has a schema); worked out once."""
+        plan = self._header_plans.get(pointer)
+        if plan is None:
+            plan = []
+            for name, definition in (response.get("headers") or {}).items():
+                if name.lower() == "content-type":
+                    continue
+                header, header_pointer = self._deref(definition, f"{pointer}/headers/{json_pointer.escape(name)}")
+                plan.append((name, name.lower(), f"/headers/{json_pointer.escape(name.lower())}", header_pointer,
+                             bool(header.get("required")), "schema" in header))
+            self._header_plans[pointer] = plan
+        return plan
+
     def _header_violations(self, response: Mapping[str, Any], pointer: str, headers: Mapping[str, str]) -> list[Violation]:
         problems = []
-        for name, definition in (response.get("headers") or {}).items():
-            if name.lower() == "content-type":
-                continue
-            header, header_pointer = self._deref(definition, f"{pointer}/headers/{json_pointer.escape(name)}")
-            where = f"/headers/{json_pointer.escape(name.lower())}"
-            value = headers.get(name.lower())
+        for name, lower, where, header_pointer, required, has_schema in self._header_plan(response, pointer):
+            value = headers.get(lower)
             if value is None:
-                if header.get("required"):
+                if required:
                     problems.append(Violation(where, f"header {name} (required)", "absent", rule="#" + header_pointer))
                 continue
-            if "schema" in header:
+            if has_schema:
                 problems += self._schema_violations(f"{header_pointer}/schema", value, where)
         return problems
 
@@ -416,23 +507,41 @@ class Spec:
         if empty:
             return [Violation(where, f"a {chosen} body", "an empty body", rule="#" + media_pointer)]
         instance: Any = body
-        if isinstance(body, (bytes, bytearray)):
-            try:
-                instance = bytes(body).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})",
-                                  rule="#" + media_pointer)]
-        if _JSON_MEDIA.match(chosen) and isinstance(instance, str):
-            try:
-                instance = json.loads(instance)
-            except ValueError as exc:
-                return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
-            except RecursionError:  # a body nested thousands deep: a violation, never a crash
-                return [Violation(where, f"a valid JSON {chosen} body", "JSON nested too deeply to parse",
-                                  rule="#" + media_pointer)]
+        json_media = _JSON_MEDIA.match(chosen) is not None
+        parsed_before = _last_parsed
+        if json_media and type(body) is bytes and parsed_before[0] is body:
+            instance = parsed_before[1]  # the same body, checked against the other spec a moment ago
+        else:
+            if isinstance(body, (bytes, bytearray)):
+                try:
+                    instance = bytes(body).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})",
+                                      rule="#" + media_pointer)]
+            if json_media and isinstance(instance, str):
+                try:
+                    instance = json.loads(instance)
+                except ValueError as exc:
+                    return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
+                except RecursionError:  # a body nested thousands deep: a violation, never a crash
+                    return [Violation(where, f"a valid JSON {chosen} body", "JSON nested too deeply to parse",
+                                      rule="#" + media_pointer)]
+                if type(body) is bytes:
+                    _remember_parsed(body, instance)
         if "schema" not in definition:
             return []
         return self._schema_violations(f"{media_pointer}/schema", instance, where)
+
+
+#: The last JSON body parsed, by the very bytes object it came from (bytes are immutable): an
+#: exchange is checked against both specs, and its body is parsed once. Validation never changes
+#: the parsed value.
+_last_parsed: tuple[Any, Any] = (None, None)
+
+
+def _remember_parsed(body: bytes, parsed: Any) -> None:
+    global _last_parsed
+    _last_parsed = (body, parsed)
 
 
 def _match_media(media: str, content: Mapping[str, Any]) -> str | None:
@@ -486,7 +595,7 @@ def _walk_refs(node: Any, trail: list[str]) -> Iterable[tuple[str, str]]:
             yield from _walk_refs(value, trail + [str(i)])
 
 
-def _check_document(document: Any, source: str) -> None:
+def _check_document(document: Any, source: str, *, schemas: bool = True) -> None:
     """Fail now, naming the file, rather than later with a traceback from deep in a validator."""
     if not isinstance(document, Mapping):
         raise SpecError(f"spec {source}: expected an OpenAPI document (a mapping), got {type(document).__name__}")
@@ -506,6 +615,11 @@ def _check_document(document: Any, source: str) -> None:
         if not ref.startswith("#"):
             raise SpecError(f"spec {source}: only local $refs are supported, found {ref!r} at {at}")
         _resolvepointer(document, ref[1:], source)
+    if not schemas:
+        return
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     for name, schema in (document.get("components", {}).get("schemas") or {}).items():
         try:
             Draft202012Validator.check_schema(schema)
@@ -524,4 +638,4 @@ def _bundled_path(filename: str) -> Path:
 
 @functools.cache
 def _bundled(filename: str, name: str) -> Spec:
-    return Spec.from_path(_bundled_path(filename), name=name)
+    return Spec.from_path(_bundled_path(filename), name=name, check_schemas=False)

@@ -639,3 +639,92 @@ def test_recorded_provenance_is_read_without_opening_the_cassette(cassette_file,
     garbage = tmp_path / "garbage.yaml"
     garbage.write_text("metadata: [unclosed\n")
     assert recorded_provenance(garbage) is None
+
+
+# --------------------------------------------------------------------------- a file parsed once
+
+
+def test_a_cassette_is_parsed_once_while_it_is_unchanged(cassette_file, monkeypatch):
+    from pytest_laya.cassettes import persist
+
+    record(cassette_file, "charged twice")
+    parses = []
+    real = persist._parse_cassette
+    monkeypatch.setattr(persist, "_parse_cassette", lambda path: parses.append(path) or real(path))
+    monkeypatch.setattr(persist, "_PARSED", type(persist._PARSED)())
+    assert persist.recorded_provenance(cassette_file) is not None  # the cheap metadata read is apart
+    for _ in range(3):  # where it was recorded, then the cassette itself, three tests in a row
+        persist.provenance_of(persist.read_cassette(cassette_file))
+        with use_cassette(cassette_file, record=False) as cassette, ServedLayaClient("http://laya.test") as client:
+            client.decide("charged twice", NOUL)
+        assert cassette.outcome == "replayed"
+    assert parses == [cassette_file]
+
+
+def test_a_cassette_changed_on_disk_is_read_again_even_with_its_size_and_mtime_kept(cassette_file):
+    record(cassette_file, "charged twice")
+    with use_cassette(cassette_file, record=False) as cassette, ServedLayaClient("http://laya.test") as client:
+        recorded = client.decide("charged twice", NOUL).answers["refund"].p
+    stat = os.stat(cassette_file)
+    text = cassette_file.read_text()
+    edited = f"{recorded:.4f}".replace("0.", "0.9", 1)[:6]  # another probability, as many characters
+    assert f"{recorded:.4f}"[:6] in text and len(edited) == 6
+    with open(cassette_file, "r+", encoding="utf-8") as handle:  # in place: same inode, same size
+        handle.write(text.replace(f"{recorded:.4f}"[:6], edited, 1))
+    os.utime(cassette_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old mtime
+    assert os.stat(cassette_file).st_size == stat.st_size
+    with use_cassette(cassette_file, record=False) as cassette, ServedLayaClient("http://laya.test") as client:
+        assert client.decide("charged twice", NOUL).answers["refund"].p == float(edited)
+    # replaced as a whole, as a recording does (a new inode): read again too
+    record(cassette_file, "all fine")
+    with use_cassette(cassette_file, record=False) as cassette, ServedLayaClient("http://laya.test") as client:
+        with pytest.raises(CassetteMiss):
+            client.decide("charged twice", NOUL)
+        client.decide("all fine", NOUL)
+    assert cassette.unplayed() == []
+
+
+def test_replaying_a_cassette_never_changes_what_the_next_replay_of_it_loads(cassette_file):
+    from pytest_laya.cassettes.config import CassetteConfig
+
+    record(cassette_file, "charged twice")
+
+    def mark(response):  # a project's hook that changes the loaded response in place
+        response["status"]["message"] += " (seen)"
+        response["headers"]["x-seen"] = ["1"]
+        return response
+
+    config = CassetteConfig(before_record_response=mark)
+    for _ in range(3):
+        laya = laya_vcr(record=False, cassette_dir=None, api_key=None, strict=False, config=config)
+        with laya.cassette(cassette_file), httpx.Client() as client:
+            body = json.dumps({"state": "charged twice", "questions": NOUL}).encode()
+            response = client.post("http://laya.test/v1/systemone", content=body)
+        assert response.reason_phrase == "OK (seen)" and response.headers.get_list("x-seen") == ["1"]
+
+
+def test_the_parsed_cassettes_kept_are_a_bounded_few(tmp_path):
+    from pytest_laya.cassettes import persist
+
+    record(tmp_path / "one.yaml", "charged twice")
+    for i in range(persist._PARSED_MAX + 10):
+        copy_ = tmp_path / f"copy-{i}.yaml"
+        copy_.write_bytes((tmp_path / "one.yaml").read_bytes())
+        assert persist.read_cassette(copy_)["interactions"]
+    assert len(persist._PARSED) <= persist._PARSED_MAX
+
+
+def test_a_hook_that_changes_the_request_in_place_changes_only_the_cassettes_copy(cassette_file):
+    from pytest_laya.cassettes.config import CassetteConfig
+
+    record(cassette_file, "charged twice")
+
+    def rewrite(request):  # in place, as a project's hook may
+        request.headers["X-Request-Id"] = "hooked-in-place"
+        return request
+
+    laya = laya_vcr(record=False, cassette_dir=None, api_key=None, strict=False,
+                    config=CassetteConfig(before_record_request=rewrite))
+    with laya.cassette(cassette_file), ServedLayaClient("http://laya.test") as client:
+        decision = client.decide("charged twice", NOUL, request_id="req-123")
+    assert decision.provenance.request_id == "req-123"  # the live request kept its own id

@@ -104,3 +104,16 @@ def laya_vcr_config():
         run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
     [cassette] = (pytester.path / "cassettes").rglob("*.yaml")
     assert "interactions: []" in cassette.read_text()
+
+
+@pytest.mark.parametrize("own_vcr_config", [True, False], ids=["own-vcr_config", "none"])
+def test_without_pytest_recording_a_projects_vcr_config_is_read_and_none_is_fine(pytester, own_vcr_config):
+    if own_vcr_config:
+        pytester.makeconftest(CONFIG.replace("def laya_vcr_config", "def vcr_config"))
+    pytester.makepyfile(test_it=SERVICE)
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as server:
+        recorded = run(pytester, "-p", "no:recording", "--laya-record", f"--laya-url={server.url}")
+        recorded.assert_outcomes(passed=1)
+    [cassette] = (pytester.path / "cassettes").rglob("*.yaml")
+    assert (TENANT not in cassette.read_text()) is own_vcr_config
+    run(pytester, "-p", "no:recording").assert_outcomes(passed=1)

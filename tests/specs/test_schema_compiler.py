@@ -7,19 +7,23 @@ import json
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from pytest_laya.specs import Spec
 from pytest_laya.specs.schema_compiler import compile_schema
-from pytest_laya.specs.spec import _formats
+from pytest_laya.specs.spec import _format_checker
 from pytest_laya.wire.pointer import escape as _escape
 from tests.helpers.recorded import LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE, SYSTEM1, recording, recordings
 
+_formats = _format_checker()
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
 URI = "urn:test:schema-compiler"
 
@@ -646,3 +650,76 @@ def test_speed_sanity_print():
 
     fast, slow = per_call(compiled, 2000), per_call(expected, 100)
     print(f"\n{rec.id}: compiled {fast:.1f} µs, jsonschema is_valid {slow:.1f} µs, x{slow / fast:.0f}")
+
+
+# -- what the compiler holds in place of importing jsonschema ----------------------------
+
+def test_the_keywords_the_compiler_knows_jsonschema_validates_with_are_jsonschemas():
+    from pytest_laya.specs.schema_compiler import _VALIDATED
+
+    assert _VALIDATED == frozenset(Draft202012Validator.VALIDATORS)
+
+
+def test_the_compilers_format_checks_are_the_validators():
+    from pytest_laya.specs.spec import _FORMAT_CHECKS
+
+    assert set(_FORMAT_CHECKS) == set(CHECKS) and "uri-reference" in _FORMAT_CHECKS
+    assert all(_FORMAT_CHECKS[name] is CHECKS[name] for name in CHECKS)
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([0.0, 1.0, -1.0, 0.5, 2.0]) | st.text(max_size=2),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=600, deadline=None)
+@given(one=_JSONISH, two=_JSONISH)
+def test_equal_is_jsonschemas(one, two):
+    from jsonschema._utils import equal as theirs
+
+    from pytest_laya.specs.schema_compiler import equal
+
+    assert equal(one, two) == theirs(one, two)
+    assert equal(one, one) == theirs(one, one)
+    assert equal(one, copy.deepcopy(one)) == theirs(one, copy.deepcopy(one))
+
+
+@settings(max_examples=600, deadline=None)
+@given(items=st.lists(_JSONISH, max_size=5))
+def test_uniq_is_jsonschemas(items):
+    from jsonschema._utils import uniq as theirs
+
+    from pytest_laya.specs.schema_compiler import uniq
+
+    for container in (items, items + items[:1]):
+        assert uniq(container) == theirs(container)
+
+
+def test_judging_conforming_traffic_imports_no_jsonschema_and_a_violation_still_names_its_pointer():
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+from pytest_laya.specs.conformance import Conformance
+from pytest_laya.wire.exchange import Exchange
+from tests.helpers.recorded import REFERENCE, recordings
+tally = Conformance()
+rec = next(r for r in recordings(REFERENCE) if r.method == "POST" and r.status == 200 and r.path == "/v1/systemone")
+headers, body = rec.headers, rec.body_bytes
+exchange = Exchange("POST", "http://x/v1/systemone", "/v1/systemone", 200, headers, body, b"{}", 0.0)
+assert tally.check(exchange, server="s", claimed="target") == [], "the recorded answer conforms"
+assert not [m for m in sys.modules if m.split(".")[0] in ("jsonschema", "referencing")], "imported on the accept path"
+parsed = json.loads(body)
+first = next(iter(parsed["answers"]))
+parsed["answers"][first]["confidence"] = 7
+bad = Exchange("POST", "http://x/v1/systemone", "/v1/systemone", 200, headers, json.dumps(parsed).encode(), b"{}", 0.0)
+found = tally.check(bad, server="s", claimed="target")
+assert [v.where for v in found] == [f"/body/answers/{first}/confidence"], found
+print("ok")
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

@@ -214,3 +214,24 @@ def test_any_component_schema_can_be_checked_with_a_pointer_prefix():
         spec.schema_violations("#/components/schemas/Nope", {})
     with pytest.raises(ValueError, match="local JSON pointer"):
         spec.schema_violations("components/schemas/Question", {})
+
+
+def test_each_body_is_judged_on_its_own_bytes_whatever_was_checked_before():
+    # A body is parsed once for both specs; another body, even equal-looking, is parsed for itself.
+    bad_body = json.loads(json.dumps(OK_BODY))
+    bad_body["answers"]["q"]["confidence"] = 4.0  # as many bytes as the good 0.4
+    good, bad = json.dumps(OK_BODY).encode(), json.dumps(bad_body).encode()
+    for body, broken in ((good, False), (bad, True), (good, False), (bytes(bytearray(bad)), True), (bad, True)):
+        for spec in (Spec.current(), Spec.target()):
+            found = v(spec, body, headers={**JSON, "x-request-id": "r-1"})
+            assert any(x.where == "/body/answers/q/confidence" for x in found) is broken, (spec.name, found)
+
+
+def test_judge_is_violations_and_documented_headers_in_one():
+    from tests.helpers.recorded import recordings
+
+    for rec in recordings()[:40]:
+        for spec in (Spec.current(), Spec.target()):
+            args = (rec.method, rec.path, rec.status, rec.headers, rec.body_bytes)
+            assert spec.judge(*args) == (spec.violations(*args), spec.documented_headers(rec.method, rec.path, rec.status))
+    assert Spec.target().judge("GET", "/nowhere", 200, {}, b"") == (Spec.target().violations("GET", "/nowhere", 200, {}, b""), [])

@@ -1,0 +1,509 @@
+#!/usr/bin/env python
+"""Downstream replay: what a replayed one-decision test costs with pytest-laya and with pytest-recording.
+
+A downstream project is generated in a temporary directory: a service module (``acme/triage.py``)
+that calls Laya through its own module-level ``httpx.Client``, and one test module per suite, each
+``--tests`` tests (default 300) parametrized over ``i``. Test ``i`` asks one decision about its own
+support message (the same ``i``-th request in every suite), so each test has its own cassette:
+
+- ``empty``: ``def test_decide(i): pass``, the floor every per-test cost is measured over;
+- ``recording``: pytest-recording, ``@pytest.mark.vcr`` with body matching (``match_on`` method,
+  scheme, host, port, path, query, body), the service's module-level client; replayed with
+  ``--record-mode=none``;
+- ``laya_own``: pytest-laya as docs/plugin.md tells a downstream user: the test asks for
+  ``laya_url`` and calls the same service (its module-level client) with it. Every response is
+  validated against its spec by the plugin;
+- ``laya_client``: pytest-laya's ``laya_client`` fixture (``ServedLayaClient.decide``), validated;
+- ``mock_httpx``: the service called through a module-level
+  ``httpx.Client(transport=httpx.MockTransport(...))`` answering the recorded bytes;
+- ``mock_kit``: a module-level ``ServedLayaClient`` on such a MockTransport.
+
+Per decision: the two pytest-laya suites and the two MockTransport suites again, each test making
+``--decisions`` (default 10) decisions instead of one (its cassette holds that many). What one more
+decision costs is ``(median(suite with D decisions) - median(suite with 1)) / (tests * (D - 1))``:
+per-test costs (fixtures, opening the cassette) cancel out, what is left is the request, its
+replay, and its validation. ``laya_own`` is compared with ``mock_httpx``, ``laya_client`` with
+``mock_kit`` (the same client on both sides).
+
+Both the pytest-laya and the pytest-recording suites are recorded once, from the fake Laya server
+(``pytest_laya.fake.FakeLayaServer``) on loopback, so both replay the very same requests and
+answers. Then ``--rounds`` rounds (default 3) run every suite once, interleaved, each as a fresh
+``python -m pytest -q -p no:cacheprovider test_<suite>.py`` subprocess with bytecode cached in the
+temporary directory (one untimed warm-up run of each first). Per suite and round, three measures:
+
+- test-loop CPU (the headline): the pytest process's CPU time from its first test to its end
+  (the summary included), taken by a conftest hook. Start-up and collection (importing the test
+  module) hold none of the plugins' per-test work and only add noise on a shared machine; every
+  per-test cost is in the loop, including what happens once per process on first use (importing
+  vcrpy, loading the specs);
+- process CPU: the whole child process (user + system), start-up included;
+- wall time.
+
+Reported: the medians per suite, and the cost per test over the empty floor,
+``(median(suite) - median(empty)) / tests``, in each measure, with each round against its own
+floor so the spread shows.
+
+Goals (issue 18, section 1), each a ratio within one run:
+
+- pytest-laya's cost per test <= 0.5x pytest-recording's, validation included (both pytest-laya
+  suites);
+- per decision, <= 2x the MockTransport floor (``laya_own`` against ``mock_httpx``, ``laya_client``
+  against ``mock_kit``);
+- memory: the current RSS (``/proc/self/statm``) after 1,000 replayed tests (``--rss-tests``) at
+  most 50 MB above the RSS after 10, measured inside the pytest process by a conftest hook
+  (pytest-recording measured alike, for comparison).
+
+``--profile`` runs the ``laya_own``, ``laya_client`` and ``recording`` suites once more under
+cProfile and prints the functions with the largest cumulative and own times.
+
+This is a script run by hand, not a test: nothing here asserts on time. Loopback only.
+
+    .venv/bin/python bench/bench_downstream_replay.py [--tests 300] [--decisions 10] [--rounds 3]
+        [--rss-tests 1000] [--skip-rss] [--profile] [--json] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import pstats
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import bench_plugin  # noqa: E402  (the request, the child environment, versions)
+from bench_plugin import PY, QUESTIONS, STATE, child_env, versions  # noqa: E402
+
+from pytest_laya.fake import FakeLayaServer  # noqa: E402
+
+TARGET_VS_RECORDING = 0.5
+TARGET_VS_MOCK = 2.0
+TARGET_RSS_GROWTH_MB = 50.0
+PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit")
+PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit")
+PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit"}
+LABELS = {
+    "empty": "empty tests (floor)",
+    "recording": "pytest-recording, module-level httpx.Client",
+    "laya_own": "pytest-laya, module-level httpx.Client on laya_url (validated)",
+    "laya_client": "pytest-laya, laya_client (validated)",
+    "mock_httpx": "MockTransport, module-level httpx.Client",
+    "mock_kit": "MockTransport, module-level ServedLayaClient",
+}
+#: The environment variable the pytest-recording suite reads its (recorded) Laya URL from.
+URL_ENV = "ACME_LAYA_URL"
+RSS_ENV = "BENCH_RSS_OUT"
+LOOP_ENV = "BENCH_LOOP_OUT"
+RSS_SUITES = ("recording", "laya_own", "laya_client")
+
+
+# ------------------------------------------------------------------------------ the project
+
+SERVICE = f'''"""Acme's ticket triage: calls a served Laya with its own module-level httpx client."""
+
+import httpx
+
+QUESTIONS = {QUESTIONS!r}
+CLIENT = httpx.Client(timeout=10.0)
+
+
+def message(k):
+    return {STATE!r} + f" (order {{k}})"
+
+
+def triage(url, text, client=CLIENT):
+    """(team, refund probability) for one support message."""
+    response = client.post(url + "/v1/systemone", json={{"state": text, "questions": QUESTIONS}})
+    response.raise_for_status()
+    answers = response.json()["answers"]
+    return answers["team"]["choice"], answers["refund"]["noul"]
+'''
+
+CONFTEST = f'''
+import os
+import time
+
+import pytest
+
+_LOOP = os.environ.get({LOOP_ENV!r})
+
+if _LOOP:  # CPU time from the first test to the end of the run (the summary included)
+    _STARTED = []
+
+    def pytest_runtestloop(session):
+        _STARTED.append(time.process_time())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(config):
+        with open(_LOOP, "w") as f:
+            f.write(repr(time.process_time() - _STARTED[0]))
+
+_OUT = os.environ.get({RSS_ENV!r})
+
+if _OUT:
+    import json
+
+    _PAGE = os.sysconf("SC_PAGE_SIZE")
+    _SEEN = {{"n": 0, "rss": {{}}}}
+
+    def _rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+
+    def pytest_runtest_logfinish(nodeid, location):
+        _SEEN["n"] += 1
+        if _SEEN["n"] in (10, 100) or _SEEN["n"] % 250 == 0:
+            _SEEN["rss"][_SEEN["n"]] = _rss()
+
+    def pytest_sessionfinish(session, exitstatus):
+        _SEEN["rss"][_SEEN["n"]] = _rss()
+        with open(_OUT, "w") as f:
+            json.dump(_SEEN["rss"], f)
+'''
+
+HEAD = '''import pytest
+
+from acme.triage import QUESTIONS, message, triage
+
+'''
+# Test i asks about messages i*D .. i*D+D-1 (D decisions: 1 for the per-test suites).
+LOOP = '''@pytest.mark.parametrize("i", range(@N@))
+def test_decide(@FIXTURE@i):
+    for k in range(i * @D@, i * @D@ + @D@):
+'''
+CHECK_OWN = '''        team, refund = triage(@URL@, message(k)@CLIENT@)
+        assert team in QUESTIONS["team"]["criteria"] and 0.0 <= refund <= 1.0
+'''
+CHECK_KIT = '''        decision = @CLIENT@.decide(message(k), QUESTIONS)
+        assert decision["team"].key in QUESTIONS["team"]["criteria"] and 0.0 <= decision["refund"].p <= 1.0
+'''
+MOCK = '''import httpx
+
+BODY = @BODY@
+HEADERS = @HEADERS@
+TRANSPORT = httpx.MockTransport(lambda request: httpx.Response(200, headers=HEADERS, content=BODY))
+'''
+TEMPLATES = {
+    "empty": "import pytest\n\n\n" + LOOP.replace("@FIXTURE@", "") + "        pass\n",
+    "recording": HEAD + f'''import os
+
+URL = os.environ[{URL_ENV!r}]
+
+
+@pytest.fixture(scope="module")
+def vcr_config():
+    return {{"match_on": ["method", "scheme", "host", "port", "path", "query", "body"]}}
+
+
+@pytest.mark.vcr
+''' + LOOP.replace("@FIXTURE@", "") + CHECK_OWN.replace("@URL@", "URL").replace("@CLIENT@", ""),
+    "laya_own": HEAD + "\n" + LOOP.replace("@FIXTURE@", "laya_url, ") + CHECK_OWN.replace("@URL@", "laya_url").replace(
+        "@CLIENT@", ""),
+    "laya_client": HEAD + "\n" + LOOP.replace("@FIXTURE@", "laya_client, ") + CHECK_KIT.replace("@CLIENT@", "laya_client"),
+    "mock_httpx": HEAD + MOCK + "MOCK = httpx.Client(transport=TRANSPORT)\n\n\n" + LOOP.replace("@FIXTURE@", "")
+    + CHECK_OWN.replace("@URL@", '"http://laya.invalid"').replace("@CLIENT@", ", client=MOCK"),
+    "mock_kit": HEAD + "from pytest_laya.client import ServedLayaClient\n\n" + MOCK
+    + 'CLIENT = ServedLayaClient("http://laya.invalid", transport=TRANSPORT)\n\n\n' + LOOP.replace("@FIXTURE@", "")
+    + CHECK_KIT.replace("@CLIENT@", "CLIENT"),
+}
+
+
+def module_of(suite: str, decisions: int = 1, rss: bool = False) -> str:
+    return ("rss_" if rss else "") + suite + (f"_d{decisions}" if decisions > 1 else "")
+
+
+def write_suite(proj: Path, suite: str, n: int, decisions: int = 1, rss: bool = False,
+                canned: tuple[bytes, list[tuple[str, str]]] | None = None) -> None:
+    text = TEMPLATES[suite].replace("@N@", str(n)).replace("@D@", str(decisions))
+    if canned is not None:
+        text = text.replace("@BODY@", repr(canned[0])).replace("@HEADERS@", repr(canned[1]))
+    (proj / f"test_{module_of(suite, decisions, rss)}.py").write_text(text, encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------ running
+
+def pytest_run(proj: Path, args: list[str], env: dict[str, str] | None = None,
+               extra: list[str] = ()) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall s, CPU s of the child, result) of one ``python -m pytest`` run in `proj`.
+
+    The child's CPU time (user + system) is the growth of this process's RUSAGE_CHILDREN over
+    the run: runs are sequential, and the child is reaped before the second reading.
+    """
+    full_env = child_env("cached")
+    full_env.update(env or {})
+    cmd = [PY, *extra, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=proj, env=full_env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return wall, cpu, done
+
+
+class Project:
+    """The generated downstream project, recorded once, and how each suite is run."""
+
+    def __init__(self, root: Path, n: int, decisions: int, rss_n: int) -> None:
+        self.root = root
+        self.n, self.decisions, self.rss_n = n, decisions, rss_n
+        bench_plugin._PYC_PREFIX[:] = [root / "pycache"]
+        self.proj = root / "downstream"
+        (self.proj / "acme").mkdir(parents=True)
+        (self.proj / "acme" / "__init__.py").write_text("", encoding="utf-8")
+        (self.proj / "acme" / "triage.py").write_text(SERVICE, encoding="utf-8")
+        (self.proj / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+        # pythonpath: the service imports from the project root; the loop-scope line silences
+        # pytest-asyncio's deprecation warning, in every suite alike.
+        (self.proj / "pytest.ini").write_text("[pytest]\npythonpath = .\nasyncio_default_fixture_loop_scope = function\n",
+                                              encoding="utf-8")
+        for suite in ("empty", "recording", "laya_own", "laya_client"):
+            write_suite(self.proj, suite, n)
+        for suite in ("laya_own", "laya_client"):
+            write_suite(self.proj, suite, n, decisions)
+        for suite in RSS_SUITES if rss_n else ():
+            write_suite(self.proj, suite, rss_n, rss=True)
+        self.url = ""
+        self.cassette_bytes = 0
+
+    def record(self) -> None:
+        laya = [f"test_{module_of(s)}.py" for s in ("laya_own", "laya_client")]
+        laya += [f"test_{module_of(s, self.decisions)}.py" for s in ("laya_own", "laya_client")]
+        recording = [f"test_{module_of('recording')}.py"]
+        if self.rss_n:
+            laya += [f"test_{module_of(s, rss=True)}.py" for s in ("laya_own", "laya_client")]
+            recording += [f"test_{module_of('recording', rss=True)}.py"]
+        with FakeLayaServer() as fake:
+            self.url = fake.url
+            pytest_run(self.proj, [*laya, "--laya-record", "--laya-url", fake.url])
+            pytest_run(self.proj, [*recording, "--record-mode=rewrite"], env={URL_ENV: fake.url})
+        # The floors answer with what a cassette holds: the body and headers of test 0's answer.
+        from vcr.serializers import yamlserializer
+
+        first = self.proj / "cassettes" / "test_laya_own" / "test_decide[0].yaml"
+        response = yamlserializer.deserialize(first.read_text(encoding="utf-8"))["interactions"][0]["response"]
+        canned = (response["body"]["string"].encode("utf-8"), [(k, v) for k, vs in response["headers"].items() for v in vs])
+        for suite in ("mock_httpx", "mock_kit"):
+            write_suite(self.proj, suite, self.n, canned=canned)
+            write_suite(self.proj, suite, self.n, self.decisions, canned=canned)
+        self.cassette_bytes = len(first.read_bytes())
+
+    def args(self, module: str) -> tuple[list[str], dict[str, str]]:
+        if module.removeprefix("rss_").startswith("recording"):
+            return [f"test_{module}.py", "--record-mode=none"], {URL_ENV: self.url}
+        return [f"test_{module}.py"], {}
+
+    def run(self, module: str, tests: int) -> dict[str, float]:
+        """One run of a suite: its wall time, its process's CPU time, and its CPU time from the first
+        test to the end (start-up and collection left out: they add noise, not per-test cost)."""
+        args, env = self.args(module)
+        loop_file = self.root / "loop.txt"
+        wall, cpu, done = pytest_run(self.proj, args, {**env, LOOP_ENV: str(loop_file)})
+        if f"{tests} passed" not in done.stdout:
+            raise RuntimeError(f"{module}: expected {tests} passed:\n{done.stdout[-2000:]}")
+        return {"wall": wall, "cpu": cpu, "loop": float(loop_file.read_text())}
+
+    def rss(self, suite: str) -> dict[str, int]:
+        module = module_of(suite, rss=True)
+        args, env = self.args(module)
+        out_file = self.root / f"{module}.json"
+        _, _, done = pytest_run(self.proj, args, {**env, RSS_ENV: str(out_file)})
+        if f"{self.rss_n} passed" not in done.stdout:
+            raise RuntimeError(f"{module}: expected {self.rss_n} passed:\n{done.stdout[-2000:]}")
+        return {k: int(v) for k, v in json.loads(out_file.read_text()).items()}
+
+    def profile(self, suite: str, top: int) -> str:
+        args, env = self.args(module_of(suite))
+        out = self.root / f"{suite}.prof"
+        pytest_run(self.proj, args, env, extra=["-m", "cProfile", "-o", str(out)])
+        text = io.StringIO()
+        stats = pstats.Stats(str(out), stream=text)
+        text.write(f"\n== cProfile of the {suite} suite ({self.n} tests), by cumulative time\n")
+        stats.sort_stats("cumulative").print_stats(top)
+        text.write(f"\n== cProfile of the {suite} suite, by own time\n")
+        stats.sort_stats("tottime").print_stats(top)
+        return text.getvalue()
+
+
+# ------------------------------------------------------------------------------ measuring
+
+UNITS = ("cpu", "loop", "wall")  # process CPU time, CPU time from the first test on ("test-loop"), wall time
+
+
+def measure(project: Project, rounds: int) -> dict[str, Any]:
+    modules = [module_of(s) for s in PER_TEST] + [module_of(s, project.decisions) for s in PER_DECISION]
+    for module in modules:  # warm-up: bytecode, page cache; also checks every suite passes
+        project.run(module, project.n)
+    samples: dict[str, dict[str, list[float]]] = {m: {unit: [] for unit in UNITS} for m in modules}
+    for _ in range(rounds):
+        for module in modules:
+            for unit, value in project.run(module, project.n).items():
+                samples[module][unit].append(value)
+    runs = {m: {**{f"{unit}_s": samples[m][unit] for unit in UNITS},
+                **{f"median_{unit}_s": statistics.median(samples[m][unit]) for unit in UNITS}} for m in modules}
+    n, d = project.n, project.decisions
+    floor = runs["empty"]
+    per_test: dict[str, Any] = {}
+    for suite in PER_TEST[1:]:
+        row = runs[suite]
+        per_test[suite] = {unit: (row[f"median_{unit}_s"] - floor[f"median_{unit}_s"]) * 1000.0 / n for unit in UNITS}
+        per_test[suite]["cpu_by_round"] = [(c - f) * 1000.0 / n for c, f in zip(row["cpu_s"], floor["cpu_s"])]
+        per_test[suite]["loop_by_round"] = [(c - f) * 1000.0 / n for c, f in zip(row["loop_s"], floor["loop_s"])]
+    per_decision: dict[str, Any] = {}
+    for suite in PER_DECISION:
+        one, many = runs[suite], runs[module_of(suite, d)]
+        per_decision[suite] = {unit: (many[f"median_{unit}_s"] - one[f"median_{unit}_s"]) * 1e6 / (n * (d - 1))
+                               for unit in UNITS}
+    return {"runs": runs, "per_test_ms": per_test, "per_decision_us": per_decision}
+
+
+def ratios(res: dict[str, Any]) -> dict[str, float]:
+    t, d = res["per_test_ms"], res["per_decision_us"]
+    out = {}
+    for unit in UNITS:
+        for laya, mock in PEERS.items():
+            out[f"{laya}_per_test_vs_recording_{unit}"] = t[laya][unit] / t["recording"][unit]
+            out[f"{laya}_per_decision_vs_{mock}_{unit}"] = d[laya][unit] / d[mock][unit]
+    return out
+
+
+def verdicts(res: dict[str, Any]) -> list[str]:
+    r = res["ratios"]
+    met = lambda ok: "MET" if ok else "NOT MET"  # noqa: E731
+    lines = []
+    for laya in PEERS:
+        v = r[f"{laya}_per_test_vs_recording_loop"]
+        lines.append(f"per test, {LABELS[laya]} / pytest-recording = {v:.2f}x test-loop CPU "
+                     f"({r[f'{laya}_per_test_vs_recording_cpu']:.2f}x process CPU, "
+                     f"{r[f'{laya}_per_test_vs_recording_wall']:.2f}x wall) (goal <= {TARGET_VS_RECORDING}x): "
+                     f"{met(v <= TARGET_VS_RECORDING)}")
+    for laya, mock in PEERS.items():
+        v = r[f"{laya}_per_decision_vs_{mock}_loop"]
+        lines.append(f"per decision, {LABELS[laya]} / {LABELS[mock]} = {v:.2f}x test-loop CPU "
+                     f"({r[f'{laya}_per_decision_vs_{mock}_cpu']:.2f}x process CPU, "
+                     f"{r[f'{laya}_per_decision_vs_{mock}_wall']:.2f}x wall) (goal <= {TARGET_VS_MOCK}x): "
+                     f"{met(v <= TARGET_VS_MOCK)}")
+    rss = res.get("rss", {})
+    for suite in RSS_SUITES:
+        if suite not in rss:
+            continue
+        row = rss[suite]
+        goal = (f" (goal <= {TARGET_RSS_GROWTH_MB:g} MB): {met(row['growth_mb'] <= TARGET_RSS_GROWTH_MB)}"
+                if suite.startswith("laya") else "")
+        lines.append(f"RSS, {LABELS[suite]}: {row['after_10_mb']:.1f} MB after 10 tests, {row['after_n_mb']:.1f} MB "
+                     f"after {rss['tests']}: +{row['growth_mb']:.1f} MB{goal}")
+    return lines
+
+
+# ------------------------------------------------------------------------------ report
+
+def print_report(res: dict[str, Any]) -> None:
+    m, v = res["machine"], res["versions"]
+    print(f"machine: {m['cpus']} cpus, {m['platform']}; load average before {m['loadavg_before']}, "
+          f"after {m.get('loadavg_after')}")
+    print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    print(f"{res['tests']} tests per suite ({res['decisions']} decisions per test in the per-decision suites), "
+          f"{res['rounds']} interleaved rounds after a warm-up run each; a one-decision cassette is "
+          f"{res['cassette_bytes']:,} bytes")
+    print()
+    print("| suite | decisions per test | CPU s per round | median | test-loop CPU s per round | median | wall s per round | median |")
+    print("|---|---:|---|---:|---|---:|---|---:|")
+    for module, row in res["runs"].items():
+        suite, _, many = module.partition("_d")
+        decisions = many if many.isdigit() else "1"
+        suite = module if not many.isdigit() else suite
+        cells = " | ".join(f"{' / '.join(f'{x:.2f}' for x in row[f'{unit}_s'])} | {row[f'median_{unit}_s']:.2f}" for unit in UNITS)
+        print(f"| {LABELS[suite]} | {decisions} | {cells} |")
+    print()
+    print("| per test, over the empty floor | CPU ms | test-loop CPU ms | wall ms | CPU ms by round | test-loop CPU ms by round |")
+    print("|---|---:|---:|---:|---|---|")
+    for suite, row in res["per_test_ms"].items():
+        print(f"| {LABELS[suite]} | {row['cpu']:.2f} | {row['loop']:.2f} | {row['wall']:.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in row['cpu_by_round'])} | {', '.join(f'{x:.2f}' for x in row['loop_by_round'])} |")
+    print()
+    print("| per decision (one more decision in a test) | CPU us | test-loop CPU us | wall us |")
+    print("|---|---:|---:|---:|")
+    for suite, row in res["per_decision_us"].items():
+        print(f"| {LABELS[suite]} | {row['cpu']:.0f} | {row['loop']:.0f} | {row['wall']:.0f} |")
+    print()
+    for line in res["verdicts"]:
+        print("- " + line)
+    if "profile" in res:
+        print(res["profile"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests", type=int, default=300, help="tests per suite (default 300)")
+    parser.add_argument("--decisions", type=int, default=10, help="decisions per test in the per-decision suites (default 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--rss-tests", type=int, default=1000, help="tests in the RSS suites (default 1000)")
+    parser.add_argument("--skip-rss", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="add cProfile listings of the replay suites")
+    parser.add_argument("--profile-top", type=int, default=40)
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument("--keep", type=Path, help="generate the project in this (new) directory and keep it")
+    args = parser.parse_args(argv)
+    if args.decisions < 2:
+        parser.error("--decisions must be at least 2")
+
+    started = time.perf_counter()
+    res: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "loadavg_before": [round(x, 2) for x in os.getloadavg()]},
+        "versions": versions(),
+        "tests": args.tests,
+        "decisions": args.decisions,
+        "rounds": args.rounds,
+    }
+    if args.keep:
+        args.keep.mkdir(parents=True)
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-downstream-"))
+    try:
+        project = Project(root, args.tests, args.decisions, 0 if args.skip_rss else args.rss_tests)
+        project.record()
+        res["cassette_bytes"] = project.cassette_bytes
+        res.update(measure(project, args.rounds))
+        res["ratios"] = ratios(res)
+        if not args.skip_rss:
+            rss: dict[str, Any] = {"tests": args.rss_tests}
+            for suite in RSS_SUITES:
+                points = project.rss(suite)
+                last = str(max(int(k) for k in points))
+                rss[suite] = {"points_mb": {k: round(b / 2**20, 1) for k, b in points.items()},
+                              "after_10_mb": points["10"] / 2**20, "after_n_mb": points[last] / 2**20,
+                              "growth_mb": (points[last] - points["10"]) / 2**20}
+            res["rss"] = rss
+        if args.profile:
+            res["profile"] = "".join(project.profile(s, args.profile_top) for s in ("laya_own", "laya_client", "recording"))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    res["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    res["verdicts"] = verdicts(res)
+    res["elapsed_s"] = time.perf_counter() - started
+    if args.json:
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        print_report(res)
+        print(f"\n(elapsed {res['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
