@@ -6,11 +6,10 @@ as their own subprocesses:
 
 - laya-serve 0.4.15 via ``pytest_laya.servers.laya_serve.LayaServeProcess``
   (``LAYA_MAX_CONCURRENT`` from ``--max-concurrent``), asked with ``"model": "tiny"``;
-- the reference server via ``python -m reference_server --port 0 --max-concurrent N
-  --max-inflight-tokens T`` (plus any ``--ref-arg``), ready once it prints its ready line. T is
-  sized so that ``--concurrency`` requests of the largest question count fit: the default
-  in-flight budget (``--passes`` x 32,768 tokens) would shed 16 requests of 12 questions with
-  503 ``overloaded``, which this benchmark must not count as throughput.
+- the reference server via ``python -m reference_server --port 0 --max-concurrent N`` (plus any
+  ``--ref-arg``), ready once it prints its ready line; with ``--max-inflight-tokens`` too when
+  ``--concurrency`` requests of the largest question count would not fit its default in-flight
+  budget (4 x 32,768 tokens), so that nothing is shed as 503 ``overloaded``.
 
 The grid: every state size of ``--sizes`` (tokens, counted with the checkpoint's own tokenizer,
 before laya's 512-token window truncates them) x every question count of ``--questions`` x every
@@ -758,9 +757,11 @@ def main(argv: list[str] | None = None) -> int:
 
     checkpoint = subprocess.check_output([PY, "-m", "reference_server", "--show-checkpoint"], text=True,
                                          cwd=str(ROOT)).strip()
-    inflight = max(args.concurrency, args.max_concurrent) * max(args.questions) * WINDOW_TOKENS
-    ref_args = ["--max-concurrent", str(args.max_concurrent), "--max-inflight-tokens", str(max(inflight, 65536)),
-                *args.ref_arg]
+    # The reference server's default in-flight budget (4 x 32,768 tokens) fits 16 requests of 16
+    # questions; a larger grid would be shed as 503 overloaded, which is not throughput.
+    inflight = args.concurrency * max(args.questions) * WINDOW_TOKENS
+    ref_args = ["--max-concurrent", str(args.max_concurrent),
+                *(["--max-inflight-tokens", str(inflight)] if inflight > 4 * 32768 else []), *args.ref_arg]
     count = TokenCounter(checkpoint)
     states = {t: sized_states(t, count) for t in args.sizes}
     workload = {}
