@@ -23,6 +23,15 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py server --tokens 512 --questions 4 --concurrency 16 --mixed
     .venv/bin/python bench/profile_reference_server.py rows
     .venv/bin/python bench/profile_reference_server.py threads --tokens 512
+    .venv/bin/python bench/profile_reference_server.py engine --tokens 512
+
+``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
+(``laya.load(dir).predict``, one request at a time, torch's default threads) against the
+reference server's engine (``LayaEngine.predict``, packed passes on its core budget): at c=1,
+wall p50 per request; under load, CPU milliseconds per request and requests/s, laya one request
+after another, the engine with ``--passes`` threads each calling it with batches of 8 (mixed
+question sets with ``--mixed``). Run it with nothing else on the machine (or under ``chrt -f``,
+briefly, on a shared one) to see what a quiet machine does.
 
 A script run by hand, not a test.
 """
@@ -181,6 +190,93 @@ def threads(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine(args: argparse.Namespace) -> int:
+    """Each side in its own process and environment, as the servers run: laya with libgomp's
+    default spinning, the engine with the command line's cap (``bound_openmp_spinning``)."""
+    import json
+    import subprocess
+
+    from reference_server.cores import bound_openmp_spinning
+
+    sides = {}
+    for side in ("laya", "engine"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        if side == "engine":
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(env)
+            bound_openmp_spinning()
+            env = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(saved)
+        cmd = [sys.executable, __file__, "_side", side, "--tokens", str(args.tokens), "--questions",
+               ",".join(map(str, args.questions)), "--calls", str(args.calls), "--passes", str(args.passes)]
+        out = subprocess.run(cmd + (["--mixed"] if args.mixed else []), env=env, capture_output=True, text=True,
+                             check=True)
+        sides[side] = json.loads(out.stdout.strip().splitlines()[-1])
+    lay, ref = sides["laya"], sides["engine"]
+    print(f"{args.tokens} tokens{' mixed' if args.mixed else ''}; laya: predict one request at a time, torch's "
+          f"default threads; engine: LayaEngine.predict, {args.passes} callers with batches of 8 under load")
+    for nq in map(str, args.questions):
+        a, b = lay[nq], ref[nq]
+        print(f"  {nq:>2} questions: c=1 p50 laya {a['p50']:6.1f} ms, engine {b['p50']:6.1f} ms ({b['p50'] / a['p50']:.2f}x); "
+              f"loaded: CPU/request laya {a['cpu']:6.1f} ms, engine {b['cpu']:6.1f} ms ({b['cpu'] / a['cpu']:.2f}x), "
+              f"req/s laya {a['rps']:6.1f}, engine {b['rps']:6.1f} ({b['rps'] / a['rps']:.2f}x)")
+    return 0
+
+
+def one_side(args: argparse.Namespace) -> int:
+    import json
+    import threading
+
+    states = bench.sized_states(args.tokens, bench.TokenCounter(CHECKPOINT))
+    out = {}
+    if args.side == "laya":
+        import laya
+
+        agent = laya.load(CHECKPOINT, device="cpu")
+
+        def c1(state: object, questions: dict) -> None:
+            agent.predict(state, questions)
+    else:
+        from reference_server.engine import DecisionRequest, LayaEngine
+
+        eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", passes=args.passes)
+        eng.load()
+
+        def c1(state: object, questions: dict) -> None:
+            eng.predict("tiny", [DecisionRequest(state, questions)])
+    for nq in args.questions:
+        sets = 8 if args.mixed else 1
+        qs = [bench.question_set(nq, (i % sets) + 1 if sets > 1 else 0) for i in range(24)]
+        for i in range(3):
+            c1(states[i], qs[i])
+        lat = []
+        for i in range(args.calls):
+            started = time.perf_counter()
+            c1(states[i % 24], qs[i % 24])
+            lat.append((time.perf_counter() - started) * 1000)
+        n = args.calls * 2
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if args.side == "laya":
+            for i in range(n):
+                c1(states[i % 24], qs[i % 24])
+        else:
+            batches = [[DecisionRequest(states[(b * 8 + j) % 24], qs[(b * 8 + j) % 24]) for j in range(8)]
+                       for b in range(max(1, n // 8))]
+            n = len(batches) * 8
+            callers = [threading.Thread(target=lambda mine: [eng.predict("tiny", b) for b in mine],
+                                        args=(batches[k::args.passes],)) for k in range(args.passes)]
+            for t in callers:
+                t.start()
+            for t in callers:
+                t.join()
+        out[str(nq)] = {"p50": statistics.median(lat), "cpu": (time.process_time() - cpu0) * 1000 / n,
+                        "rps": n / (time.perf_counter() - wall0)}
+    print(json.dumps(out))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -197,8 +293,18 @@ def main() -> int:
     t = sub.add_parser("threads", help="in-process predict with 1 and 2 torch threads")
     t.add_argument("--tokens", type=int, default=512)
     t.add_argument("--repeats", type=int, default=4)
+    e = sub.add_parser("engine", help="in process: laya's predict against the engine, c=1 and loaded")
+    e.add_argument("--tokens", type=int, default=512)
+    e.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    e.add_argument("--calls", type=int, default=16, help="c=1 calls per side (twice that under load)")
+    e.add_argument("--passes", type=int, default=2)
+    e.add_argument("--mixed", action="store_true")
+    o = sub.add_parser("_side")  # one side of `engine`, in its own process
+    o.add_argument("side", choices=("laya", "engine"))
+    for action in e._actions[1:]:
+        o._add_action(action)
     args = p.parse_args()
-    return {"server": server, "rows": rows, "threads": threads}[args.probe](args)
+    return {"server": server, "rows": rows, "threads": threads, "engine": engine, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ R = TypeVar("R")
 #: Padded tokens of a pass per torch thread it may get. On an otherwise idle 2-core machine
 #: (measured under SCHED_FIFO, so nothing else ran), one 512-token row took 8.4 ms on 2 threads
 #: against 10.8 on 1 (p50), and a 145-token row 3.3 against 3.0: a row at laya's default window
-#: feeds two threads, a short one does not.
-TOKENS_PER_THREAD = 512
+#: feeds two threads, one of 145 tokens (or two, 290) does not.
+TOKENS_PER_THREAD = 256
 
 #: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000). Measured
 #: with other processes on 1.3 to 1.4 of 2 cores, 512-token rows, 2 threads: 1,000 kept a pass
