@@ -8,7 +8,7 @@ thread; everything that arrives while they run waits for the next free one, so u
 batches fill up on their own and the window only costs latency when the server is idle.
 
 A batch takes at most ``max_batch`` requests, and no more than its share of those waiting
-(``ceil(waiting / passes)``), so that under load every pass has work: the engine shares the
+(``ceil(waiting / free passes)``), so that under load every pass has work: the engine shares the
 cores among the forward passes of all batches running (``reference_server.cores``), and two
 batches at once let one batch's Python (tokenising, decoding) run while the other's forward
 passes compute.
@@ -216,9 +216,9 @@ class MicroBatcher:
         queue = self._queues.get(model)
         return 0 if queue is None else sum(1 for p in queue if not p.future.done())
 
-    def _take(self, model: str) -> list[_Pending]:
+    def _take(self, model: str, free_passes: int) -> list[_Pending]:
         queue = self._queues.get(model)
-        share = -(-self._live(model) // self._passes)  # leave the other passes their part
+        share = -(-self._live(model) // max(1, free_passes))  # leave the other free passes their part
         batch: list[_Pending] = []
         while queue and len(batch) < min(self._max_batch, share):
             pending = queue.popleft()
@@ -259,7 +259,7 @@ class MicroBatcher:
                         await asyncio.wait_for(changed.wait(), remaining)
                     except asyncio.TimeoutError:
                         break
-                batch = self._take(model)
+                batch = self._take(model, self._passes - len(running))
                 if not batch:
                     free.release()
                     continue

@@ -75,7 +75,7 @@ from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
-from .packing import predict_packed
+from .packing import packed_disagrees, predict_packed
 
 __all__ = [
     "DecisionRequest",
@@ -97,37 +97,6 @@ WARMUP_QUESTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
         "criteria": MappingProxyType({"billing": "Charges and refunds", "technical": "Software"}),
     }),
 })
-
-
-#: Decisions ``load()`` answers both through laya's ``Router.predict_batch`` and through packed
-#: passes (``reference_server.packing``), which must agree before a checkpoint is served packed:
-#: every question type, list labels, noul labels, dict and conversation states, a state cut by
-#: the window, options collapsed by a narrow head, and different question sets in one batch.
-PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (
-    (WARMUP_STATE, {
-        "team": {"type": "choice", "instructions": "Which team?",
-                 "criteria": {"billing": "Charges", "technical": "Software", "shipping": "Parcels"}},
-        "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
-        "refund": {"type": "noul", "instructions": "Refund asked?"},
-    }, None, None),
-    ({"ticket": "Order 7 never arrived", "tier": "gold"}, {
-        "stars": {"type": "choice", "instructions": "Stars?", "criteria": [7, 8, 9]},
-        "spam": {"type": "noul", "instructions": "Spam?", "criteria": {"true": "ads", "false": "real"},
-                 "labels": {"true": "A", "false": "B"}},
-    }, None, None),
-    ([{"role": "user", "content": "My card was declined."}, {"role": "agent", "content": "Which card?"},
-      {"role": "user", "content": "The Visa, and I was charged anyway."}], {
-        "mood": {"type": "score", "instructions": "Mood", "criteria": ["angry", "sad", "neutral", "glad", "happy"]},
-    }, None, None),
-    (" ".join(["The parcel is late and the support line never answers my calls."] * 8), {
-        "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "shipping", "other"]},
-        "refund": {"type": "noul", "instructions": "Refund asked?"},
-    }, 96, None),
-    ("Which of these topics is it about?", {
-        "topic": {"type": "choice", "instructions": "Topic?",
-                  "criteria": ["topic number %d about things" % i for i in range(30)]},
-    }, 128, 64),
-)
 
 
 @dataclass(frozen=True)
@@ -224,25 +193,6 @@ def _overrides(request: DecisionRequest) -> dict[str, int]:
     if request.head_max_len is not None:
         out["head_max_len"] = request.head_max_len
     return out
-
-
-def _first_difference(got: Any, want: Any, path: str = "") -> str | None:
-    """Where two values first differ (floats within laya's rounding, 1e-4), or None."""
-    if isinstance(want, Mapping) and isinstance(got, Mapping):
-        if list(got) != list(want):
-            return "%s keys %s != %s" % (path, list(got), list(want))
-        pairs: list[tuple[Any, Any, str]] = [(got[k], want[k], "%s/%s" % (path, k)) for k in want]
-    elif isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
-        pairs = [(g, w, "%s/%d" % (path, i)) for i, (g, w) in enumerate(zip(got, want))]
-    elif isinstance(want, float) and isinstance(got, float):
-        return None if abs(got - want) <= 1e-4 + 1e-9 else "%s %r != %r" % (path, got, want)
-    else:
-        return None if got == want and type(got) is type(want) else "%s %r != %r" % (path, got, want)
-    for g, w, where in pairs:
-        found = _first_difference(g, w, where)
-        if found:
-            return found
-    return None
 
 
 def _string_keyed(answer: dict[str, Any]) -> dict[str, Any]:
@@ -502,17 +452,7 @@ class LayaEngine:
     def _packing_agrees(self, conf: _Configured, agent: Any) -> bool:
         """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does."""
         assert self._pool is not None
-        requests = [DecisionRequest(state, questions, max_len=max_len, head_max_len=head)
-                    for state, questions, max_len, head in PROBES]
-        try:
-            want = self._router.predict_batch([_laya_item(r, conf.key) for r in requests])
-            got = predict_packed(agent, [(r.state, _plain_questions(r.questions), _overrides(r)) for r in requests],
-                                 self._pool.run, lanes=2, pass_tokens=256)
-            # laya's path adds its routing decision and names its agent; answers and usage must agree.
-            mismatch = _first_difference([{k: r[k] for k in ("answers", "usage")} for r in got],
-                                         [{k: r[k] for k in ("answers", "usage")} for r in want])
-        except Exception as exc:  # noqa: BLE001 -- a laya whose internals moved: use its own path
-            mismatch = "%s: %s" % (type(exc).__name__, exc)
+        mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run)
         if mismatch is None:
             return True
         print("laya-reference-server: warning: checkpoint %r is answered one forward pass per question set "

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EncodedRequest", "encode_requests", "plan_passes", "predict_packed"]
+__all__ = ["EncodedRequest", "PROBES", "encode_requests", "packed_disagrees", "plan_passes", "predict_packed"]
 
 #: Padded tokens per forward pass (rows x the longest row), unless one row is longer.
 PASS_TOKENS = 2048
@@ -160,3 +160,70 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
             usage["options"] = collapsed
         results.append({"answers": answers, "usage": usage})
     return results
+
+
+#: Decisions ``load()`` answers both through laya's ``Router.predict_batch`` and through packed
+#: passes (``reference_server.packing``), which must agree before a checkpoint is served packed:
+#: every question type, list labels, noul labels, dict and conversation states, a state cut by
+#: the window, options collapsed by a narrow head, and different question sets in one batch.
+PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (
+    ("Warm-up: the customer was charged twice and asks for a refund.", {
+        "team": {"type": "choice", "instructions": "Which team?",
+                 "criteria": {"billing": "Charges", "technical": "Software", "shipping": "Parcels"}},
+        "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
+        "refund": {"type": "noul", "instructions": "Refund asked?"},
+    }, None, None),
+    ({"ticket": "Order 7 never arrived", "tier": "gold"}, {
+        "stars": {"type": "choice", "instructions": "Stars?", "criteria": [7, 8, 9]},
+        "spam": {"type": "noul", "instructions": "Spam?", "criteria": {"true": "ads", "false": "real"},
+                 "labels": {"true": "A", "false": "B"}},
+    }, None, None),
+    ([{"role": "user", "content": "My card was declined."}, {"role": "agent", "content": "Which card?"},
+      {"role": "user", "content": "The Visa, and I was charged anyway."}], {
+        "mood": {"type": "score", "instructions": "Mood", "criteria": ["angry", "sad", "neutral", "glad", "happy"]},
+    }, None, None),
+    (" ".join(["The parcel is late and the support line never answers my calls."] * 8), {
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "shipping", "other"]},
+        "refund": {"type": "noul", "instructions": "Refund asked?"},
+    }, 96, None),
+    ("Which of these topics is it about?", {
+        "topic": {"type": "choice", "instructions": "Topic?",
+                  "criteria": ["topic number %d about things" % i for i in range(30)]},
+    }, 128, 64),
+)
+
+
+def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[Any]]) -> str | None:
+    """Where packed passes first answer ``PROBES`` otherwise than laya's ``Router.predict_batch``
+    on the checkpoint ``key`` (answers and usage), or None when they agree everywhere."""
+    items = []
+    for state, questions, max_len, head_max_len in PROBES:
+        windows = {k: v for k, v in (("max_len", max_len), ("head_max_len", head_max_len)) if v is not None}
+        items.append((state, {q: dict(d) for q, d in questions.items()}, windows))
+    try:
+        want = router.predict_batch([{"state": s, "questions": q, "model": key, **w} for s, q, w in items])
+        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256)  # several passes, mixed sets
+        # laya's path adds its routing decision and names its agent; answers and usage must agree.
+        return _first_difference([{k: r[k] for k in ("answers", "usage")} for r in got],
+                                 [{k: r[k] for k in ("answers", "usage")} for r in want])
+    except Exception as exc:  # noqa: BLE001 -- a laya whose internals moved: use its own path
+        return "%s: %s" % (type(exc).__name__, exc)
+
+
+def _first_difference(got: Any, want: Any, path: str = "") -> str | None:
+    """Where two values first differ (floats within laya's rounding, 1e-4), or None."""
+    if isinstance(want, Mapping) and isinstance(got, Mapping):
+        if list(got) != list(want):
+            return "%s keys %s != %s" % (path, list(got), list(want))
+        pairs: list[tuple[Any, Any, str]] = [(got[k], want[k], "%s/%s" % (path, k)) for k in want]
+    elif isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
+        pairs = [(g, w, "%s/%d" % (path, i)) for i, (g, w) in enumerate(zip(got, want))]
+    elif isinstance(want, float) and isinstance(got, float):
+        return None if abs(got - want) <= 1e-4 + 1e-9 else "%s %r != %r" % (path, got, want)
+    else:
+        return None if got == want and type(got) is type(want) else "%s %r != %r" % (path, got, want)
+    for g, w, where in pairs:
+        found = _first_difference(g, w, where)
+        if found:
+            return found
+    return None

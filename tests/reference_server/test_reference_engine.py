@@ -545,7 +545,8 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
                     answer["noul"] = round(answer["noul"] + 0.01, 4)
         return out
 
-    monkeypatch.setattr("reference_server.engine.predict_packed", wrong)
+    monkeypatch.setattr("reference_server.packing.predict_packed", wrong)  # the start-up check's
+    monkeypatch.setattr("reference_server.engine.predict_packed", wrong)   # and serving's
     fresh = LayaEngine({"tiny": checkpoint_dir}, device="cpu")
     try:
         fresh.load()
@@ -605,6 +606,15 @@ async def test_passes_run_batches_at_once_and_never_more(engine: LayaEngine,
     assert sum(counting.calls) == 8 and len(set(counting.threads)) == 2
     for i, t in zip(picks, timed):
         assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+
+
+async def test_waiting_requests_are_shared_among_the_free_passes(engine: LayaEngine) -> None:
+    counting = Counting(engine, delay=0.2)
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=100, passes=2)
+    timed = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest("state %d" % i, TWO)) for i in range(8)))
+    await batcher.aclose()
+    assert counting.calls[:2] == [4, 4], counting.calls  # both passes busy, not one with 8
+    assert sorted(t.batch_size for t in timed) == [4] * 8
 
 
 def test_passes_below_one_are_refused(engine: LayaEngine) -> None:
