@@ -75,16 +75,18 @@ def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any],
 
 def plan_passes(lengths: Sequence[int], pass_tokens: int = PASS_TOKENS, lanes: int = 1) -> list[list[int]]:
     """Row indices per forward pass: longest first, at most ``pass_tokens`` padded tokens a pass
-    (a longer row alone), and at least ``min(lanes, rows)`` passes of about equal size."""
+    (a longer row alone), and at least ``min(lanes, rows)`` passes of about equal size, as many
+    as a multiple of ``lanes`` where there are the rows (so the lanes finish together)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     if not order:
         return []
-    count = max(1, min(lanes, len(order)))
+    lanes = max(1, min(lanes, len(order)))
+    count = lanes
     while True:
         groups = _even_groups(order, count)
         if all(len(g) == 1 or len(g) * lengths[g[0]] <= pass_tokens for g in groups):
             return groups
-        count += 1
+        count = min(len(order), count + lanes)
 
 
 def _even_groups(order: list[int], count: int) -> list[list[int]]:

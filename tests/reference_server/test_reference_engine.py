@@ -390,6 +390,8 @@ def test_rows_are_planned_longest_first_within_the_token_cap() -> None:
         assert len(p) == 1 or len(p) * max(lengths[i] for i in p) <= 1024
     # Lanes: at least that many passes, of about equal size, when there are the rows to fill them.
     assert [len(p) for p in plan_passes([50] * 5, lanes=2)] == [3, 2]
+    # 12 rows of 512 on 2 lanes: 4 passes of 3 (two rounds of two), not 3 of 4 (one lane idle in the second)
+    assert [len(p) for p in plan_passes([512] * 12, lanes=2)] == [3, 3, 3, 3]
     assert plan_passes([50] * 5) == [[0, 1, 2, 3, 4]]
     assert len(plan_passes([50], lanes=4)) == 1 and plan_passes([]) == []
 
@@ -493,7 +495,7 @@ def test_heterogeneous_batch_shares_passes_and_equals_singles(engine: LayaEngine
     same = [DecisionRequest("Customer %d was charged twice for order %d" % (i, i * 37), TRIAGE)
             for i in range(16)]
     batched = engine.predict("tiny", same)
-    assert sum(rows) == 48 and len(rows) <= 3  # 48 short rows: a pass or two, not 16
+    assert sum(rows) == 48 and len(rows) <= 4  # 48 short rows: a few passes, not 16
     for request, result in zip(same[:4], batched[:4]):
         alone = engine.predict("tiny", [request])[0]
         assert _max_diff(result.answers, alone.answers) <= TOL
