@@ -24,6 +24,11 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py rows
     .venv/bin/python bench/profile_reference_server.py threads --tokens 512
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
+    .venv/bin/python bench/profile_reference_server.py packing
+
+``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
+passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
+batches of 8 and 16 requests, one question set or 8.
 
 ``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
 (``laya.load(dir).predict``, one request at a time, torch's default threads) against the
@@ -277,6 +282,39 @@ def one_side(args: argparse.Namespace) -> int:
     return 0
 
 
+def packing(args: argparse.Namespace) -> int:
+    import torch
+
+    from reference_server.engine import DecisionRequest, LayaEngine, _laya_item
+
+    eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", threads=1)
+    eng.load()
+    torch.set_num_threads(1)  # laya's path runs on this thread
+    count = bench.TokenCounter(CHECKPOINT)
+    print("CPU ms per request, one torch thread: packed passes vs laya's Router.predict_batch")
+    for tokens in args.sizes:
+        states = bench.sized_states(tokens, count)
+        for nq in args.questions:
+            for sets in (1, 8):
+                for n in (8, 16):
+                    requests = [DecisionRequest(states[i], bench.question_set(nq, (i % sets) + 1 if sets > 1 else 0))
+                                for i in range(n)]
+                    items = [_laya_item(r, "tiny") for r in requests]
+                    packed, laya_path = [], []
+                    for _ in range(args.repeats):
+                        cpu0 = time.process_time()
+                        eng.predict("tiny", requests)
+                        packed.append((time.process_time() - cpu0) * 1000 / n)
+                        cpu0 = time.process_time()
+                        eng._router.predict_batch(items)
+                        laya_path.append((time.process_time() - cpu0) * 1000 / n)
+                    a, b = statistics.median(packed), statistics.median(laya_path)
+                    print(f"  {tokens:4d} tokens {nq:2d} questions, {sets} set(s), batch {n:2d}: packed {a:6.2f}, "
+                          f"laya's path {b:6.2f} ({a / b:.2f}x)")
+    eng.close()
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -299,12 +337,17 @@ def main() -> int:
     e.add_argument("--calls", type=int, default=16, help="c=1 calls per side (twice that under load)")
     e.add_argument("--passes", type=int, default=2)
     e.add_argument("--mixed", action="store_true")
+    k = sub.add_parser("packing", help="in process: packed passes against laya's Router.predict_batch, CPU")
+    k.add_argument("--sizes", type=bench.csv_ints, default=[64, 512])
+    k.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    k.add_argument("--repeats", type=int, default=3)
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
     for action in e._actions[1:]:
         o._add_action(action)
     args = p.parse_args()
-    return {"server": server, "rows": rows, "threads": threads, "engine": engine, "_side": one_side}[args.probe](args)
+    return {"server": server, "rows": rows, "threads": threads, "engine": engine, "packing": packing,
+            "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def auto_cores() -> int | None:
 
 
 class CorePool:
-    """Runs forward passes on up to ``cores`` worker threads, sharing ``cores`` torch threads.
+    """Runs forward passes on the caller's thread and up to ``cores`` workers, sharing ``cores``
+    torch threads.
 
     ``cores=None`` runs up to ``workers`` passes at once and never touches torch's thread count
     (threads=0, or ``OMP_NUM_THREADS`` set).
@@ -126,12 +127,18 @@ class CorePool:
         """
         sizes = list(tokens) + [0] * (len(items) - len(tokens))
         flags = list(alone) + [False] * (len(items) - len(alone))
+        if not items:
+            return []
         with self._cond:
             self._pending += len(items)
+        # The first pass runs on the calling thread: a request alone costs no hand-over.
         futures = [self._executor.submit(self._one, fn, item, size, flag)
-                   for item, size, flag in zip(items, sizes, flags)]
-        wait(futures)  # none still runs when the caller moves on, whatever failed
-        return [f.result() for f in futures]
+                   for item, size, flag in zip(items[1:], sizes[1:], flags[1:])]
+        try:
+            first = self._one(fn, items[0], sizes[0], flags[0])
+        finally:
+            wait(futures)  # none still runs when the caller moves on, whatever failed
+        return [first, *(f.result() for f in futures)]
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
