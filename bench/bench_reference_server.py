@@ -1,59 +1,58 @@
 #!/usr/bin/env python
-"""Reference server vs laya-serve 0.4.15: requests/s, latency and peak RSS, same run, same bytes.
+"""Reference server vs laya-serve 0.4.15 over state sizes and question counts, in one run, same bytes.
 
-Both servers run the embedded tiny checkpoint (``python -m reference_server --show-checkpoint``),
-each as its own subprocess, started and stopped by this script one at a time so they never
-compete for the CPU:
+Both servers run the embedded tiny checkpoint (``python -m reference_server --show-checkpoint``)
+as their own subprocesses:
 
-- laya-serve 0.4.15 via ``pytest_laya.servers.laya_serve.LayaServeProcess`` (``LAYA_MAX_CONCURRENT``
-  from ``--max-concurrent``), asked with ``"model": "tiny"``;
+- laya-serve 0.4.15 via ``pytest_laya.servers.laya_serve.LayaServeProcess``
+  (``LAYA_MAX_CONCURRENT`` from ``--max-concurrent``), asked with ``"model": "tiny"``;
 - the reference server via ``python -m reference_server --port 0 --max-concurrent N`` (plus any
-  ``--ref-arg``), ready once it prints ``laya-reference-server ready at URL``.
+  ``--ref-arg``), ready once it prints its ready line; with ``--max-inflight-tokens`` too when
+  ``--concurrency`` requests of the largest question count would not fit its default in-flight
+  budget (4 x 32,768 tokens), so that nothing is shed as 503 ``overloaded``.
 
-Load: closed-loop clients. Each of C asyncio tasks holds one keep-alive HTTP/1.1 connection
-and sends ``POST /v1/systemone`` back to back (a minimal client written here, so that the
-load generator costs as little CPU as possible on a small box; TCP_NODELAY is on for it).
+The grid: every state size of ``--sizes`` (tokens, counted with the checkpoint's own tokenizer,
+before laya's 512-token window truncates them) x every question count of ``--questions`` x every
+load of ``--loads``:
 
-Rounds: the machine is shared, so each server is started ``--rounds`` times in ABBA order
-(laya-serve, reference, reference, laya-serve, ...), and each start measures every cell for
-``--duration / --rounds`` seconds; a cell's numbers pool the raw latencies of all its rounds
-(per-round req/s are kept to show the spread). After each start: the sanity check, then every
-request body once at c=1 and once in a concurrent burst (not timed), then per cell ``--warmup``
-seconds discarded and the measured slice; a request counts when it completes inside it.
+- ``c1``: one client, one question set on every request: latency;
+- ``same``: ``--concurrency`` clients, one question set on every request (batchable);
+- ``mixed``: ``--concurrency`` clients; request i carries question set i % ``--mixed-sets``, so
+  concurrent requests carry different question sets (same count and kinds, different text).
 
-Other processes: the box is shared, and a torch server whose threads fill every core collapses
-when anything else takes one (OpenMP threads wait for each other). So every slice also measures
-the CPU that processes other than the server and this script used (machine busy time from
-``/proc/stat`` minus both), waits up to ``--quiet-wait`` s for quiet before each slice, and measures
-a slice again (up to ``--retries`` times) when others used more than ``--max-foreign`` cores; the
-worst remaining value is reported per cell ("other procs, cores"). Request mix: one choice question (3 options), one
-score and one noul, on varied customer-support states (a rotation of 24). Cells, per server:
+Requests: 24 customer-support states per size (each a rotation of the same sentences, cut at
+the size), and question sets cycling choice (3 options), score (3 levels) and noul.
 
-- ``c=1``  one client, the same question set on every request;
-- ``c=16`` (``--concurrency``) clients, the same question set on every request (batchable);
-- ``c=16 mixed`` the same clients cycling over ``--mixed-sets`` distinct question sets.
+Load: closed-loop clients, each on one keep-alive HTTP/1.1 connection, sending
+``POST /v1/systemone`` back to back (a minimal client written here, so the load generator costs
+little CPU). A cell runs ``--warmup`` s (discarded), then its measured slice; a request counts
+when it completes inside the slice.
 
-Reported per cell: requests/s, p50 and p99 latency (ms, nearest-rank over the raw list of
-every counted request), errors (non-200 or transport failures; must be 0), the server
-process's CPU time per counted request (utime+stime from ``/proc/PID/stat`` over the measured
-window, all its threads), and per server the peak RSS of the server process (``VmHWM`` from
-``/proc/PID/status`` after its last cell, the largest over rounds; it includes loading; psutil is
-not installed here). Before timing, the first request of each kind is sent to both servers
-with httpx and the reference server's ``answers`` must equal laya-serve's; if not, exit 1.
+Interleaving, for a shared box: each round starts both servers (fresh processes), checks that
+their answers are equal, then measures every cell on both, alternating which goes first from
+cell to cell (ABBA) so that drift in the box's speed falls on both alike; the idle one uses no
+CPU meanwhile. ``--rounds`` rounds; a cell pools its rounds' raw latencies, and its CPU per
+request is the median of the rounds'. Before each slice the script waits (up to
+``--quiet-wait`` s) until processes other than the two servers and itself use at most
+``--max-foreign`` cores, and measures a slice again (up to ``--retries`` times) when they used
+more; the worst remaining value is shown per cell.
 
-In-process baseline: in a fresh subprocess, ``laya.load(dir, device="cpu").predict(state,
-questions)`` on the same c=1 requests, with torch's intra-op threads set to what the reference
-server uses (its engine's rule: ``LAYA_THREADS``, else one core fewer than available) and,
-separately, torch's default (what laya-serve uses unless ``LAYA_THREADS`` is set). The server
-overhead is reference p50 minus in-process p50 at the same thread count.
+Reported per cell and server: requests/s, p50 and p99 latency (ms, nearest rank), the server
+process's CPU milliseconds per request (utime+stime of all its threads from ``/proc/PID/stat``
+over the slice: the figure the box's noise moves least), errors (must be 0); per server, peak
+RSS (``VmHWM``, the largest over rounds; it includes loading). Then the goals of issue 18, each
+a ratio reference / laya-serve in the same run:
 
-Targets (the project's): at c=1 reference p50 <= 1.2x laya-serve's; at c=16 (same question
-set) reference requests/s >= 2x laya-serve's; reference peak RSS <= laya-serve's + 10%.
+- c1: p50 <= 1.0x in every cell;
+- same and mixed: CPU ms per request <= 0.5x, and requests/s >= 2x;
+- peak RSS <= 1.1x.
 
 This is a script run by hand, not a test: nothing here asserts on time.
 
-    .venv/bin/python bench/bench_reference_server.py [--duration 15] [--rounds 2] [--warmup 3] [--json]
-        [--only ref|laya] [--ref-arg=--batch-window-ms=0 ...] [--ref-threads N] [--laya-threads N]
+    .venv/bin/python bench/bench_reference_server.py                     # the whole grid (~25 min)
+    .venv/bin/python bench/bench_reference_server.py --sizes 512 --questions 4 --loads c1,same --rounds 1
+        [--duration 8] [--warmup 2] [--concurrency 16] [--mixed-sets 8] [--json]
+        [--only ref|laya] [--ref-arg=--passes=1 ...] [--ref-threads N] [--laya-threads N]
         [--ref-pythonpath DIR]   # DIR holding a scratch copy of reference_server/ to measure
 """
 
@@ -65,6 +64,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -85,14 +85,17 @@ from pytest_laya.servers.laya_serve import LayaServeProcess  # noqa: E402
 
 PY = sys.executable
 READY_PREFIX = "laya-reference-server ready at "
-TARGET_C1_P50_RATIO = 1.2
-TARGET_C16_RPS_RATIO = 2.0
-TARGET_RSS_MARGIN = 0.10
+GOAL_C1_P50 = 1.0        # reference p50 / laya-serve p50, at most
+GOAL_CPU_PER_REQ = 0.5   # reference CPU ms per request / laya-serve's, at most
+GOAL_RPS = 2.0           # reference req/s / laya-serve's, at least
+GOAL_RSS = 1.1           # reference peak RSS / laya-serve's, at most
+WINDOW_TOKENS = 512      # laya's default token window per (state, question): what a request may cost
 VERSIONED = ("laya", "torch", "transformers", "starlette", "uvicorn", "fastapi", "h11", "httpx")
+LOADS = ("c1", "same", "mixed")
 
 # ------------------------------------------------------------------------------ the requests
 
-STATES = [
+SENTENCES = [
     "I was charged twice for my order. Please refund the duplicate today.",
     "The app crashes every time I open the settings page on my phone.",
     "My parcel was supposed to arrive on Monday and it is still not here.",
@@ -118,38 +121,96 @@ STATES = [
     "The dark mode setting resets every time I restart the program.",
     "Order 77310 shows as delivered but I never received anything. This is urgent.",
 ]
+TEAMS = [("billing", "Charges and refunds"), ("technical", "Software problems"),
+         ("shipping", "Deliveries and returns"), ("account", "Logins and personal data"),
+         ("sales", "Prices, offers and discount codes")]
+TOPICS = ["handle this", "own the follow-up", "be told", "answer first", "check the account",
+          "review the refund", "contact the customer", "escalate to", "log this under",
+          "tag this with", "route the reply to", "audit this"]
 
 
-def question_set(variant: int = 0) -> dict[str, Any]:
-    """Choice (3 options) + score + noul; `variant` > 0 gives a distinct but equally shaped set."""
-    teams = [("billing", "Charges and refunds"), ("technical", "Software problems"),
-             ("shipping", "Deliveries and returns"), ("account", "Logins and personal data"),
-             ("sales", "Prices, offers and discount codes")]
-    if variant == 0:
-        picked = teams[:3]
-        suffix = ""
-    else:
-        start = variant % len(teams)
-        picked = [teams[(start + i) % len(teams)] for i in range(3)]
-        suffix = f" (queue {variant})"
-    return {
-        "department": {"type": "choice", "instructions": "Which team should handle this?" + suffix,
-                       "criteria": dict(picked)},
-        "urgency": {"type": "score", "instructions": "How urgent is the request?" + suffix,
-                    "criteria": ["Not urgent", "Needs attention soon", "Needs attention immediately"]},
-        "refund": {"type": "noul", "instructions": ("Does the customer ask for a refund?" if variant % 2 == 0
-                                                    else "Does the customer want money back?") + suffix},
-    }
+class TokenCounter:
+    """Tokens of a text as the checkpoint's own tokenizer counts them (no special tokens)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        from tokenizers import Tokenizer  # transformers' dependency; only this script needs it
+
+        self._tok = Tokenizer.from_file(os.path.join(checkpoint, "tokenizer", "tokenizer.json"))
+
+    def __call__(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-def request_bodies(sets: int) -> list[bytes]:
-    """One JSON body per state; with sets > 1, request i uses question set i % sets."""
+def sized_states(tokens: int, count: TokenCounter, n: int = 24) -> list[str]:
+    """`n` states of about `tokens` tokens each (the largest word prefix not over it).
+
+    State k starts at sentence k and cycles through the others, so the states differ in text
+    and, slightly, in length, as real ones do.
+    """
     out = []
-    for i, state in enumerate(STATES):
-        qs = question_set(i % sets) if sets > 1 else question_set(0)
+    for k in range(n):
+        words: list[str] = []
+        i = 0
+        while len(words) < tokens * 2:  # a word is at least one token: enough words to cut from
+            words.extend(SENTENCES[(k + i) % len(SENTENCES)].split())
+            i += 1
+        lo, hi = 1, len(words)
+        while lo < hi:  # the longest prefix within `tokens`
+            mid = (lo + hi + 1) // 2
+            if count(" ".join(words[:mid])) <= tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(" ".join(words[:lo]))
+    return out
+
+
+def question_set(n: int, variant: int = 0) -> dict[str, Any]:
+    """`n` questions cycling choice (3 options), score (3 levels) and noul.
+
+    `variant` > 0 gives a distinct set of the same shape: other instructions and other options,
+    so two variants never share a forward pass in a server that batches by question set.
+    """
+    suffix = f" (queue {variant})" if variant else ""
+    out: dict[str, Any] = {}
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        if i % 3 == 0:
+            start = (variant + i) % len(TEAMS)
+            out[f"q{i}"] = {"type": "choice", "instructions": f"Which team should {topic}?{suffix}",
+                            "criteria": dict(TEAMS[(start + j) % len(TEAMS)] for j in range(3))}
+        elif i % 3 == 1:
+            out[f"q{i}"] = {"type": "score", "instructions": f"How urgent is it to {topic}?{suffix}",
+                            "criteria": ["Not urgent", "Needs attention soon", "Needs attention immediately"]}
+        else:
+            out[f"q{i}"] = {"type": "noul", "instructions": f"Should we {topic} with a refund?{suffix}"}
+    return out
+
+
+def request_bodies(states: list[str], n_questions: int, sets: int) -> list[bytes]:
+    """One JSON body per state; request i carries question set i % sets (variant 0 when sets is 1)."""
+    out = []
+    for i, state in enumerate(states):
+        qs = question_set(n_questions, (i % sets) + 1 if sets > 1 else 0)
         out.append(json.dumps({"model": "tiny", "state": state, "questions": qs},
                               separators=(",", ":")).encode())
     return out
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    tokens: int
+    questions: int
+    load: str   # c1 | same | mixed
+
+    def label(self, concurrency: int) -> str:
+        conc = 1 if self.load == "c1" else concurrency
+        kind = {"c1": "", "same": "", "mixed": " mixed"}[self.load]
+        return f"{self.tokens}t {self.questions}q c={conc}{kind}"
+
+
+def plan(args: argparse.Namespace) -> list[CellSpec]:
+    return [CellSpec(t, q, load) for t in args.sizes for q in args.questions for load in args.loads]
 
 
 # ------------------------------------------------------------------------------ load generator
@@ -196,28 +257,6 @@ class _Conn:
         self.reader = self.writer = None
 
 
-@dataclass
-class Cell:
-    server: str
-    label: str
-    concurrency: int
-    question_sets: int
-    duration_s: float
-    requests: int = 0
-    rps: float = 0.0
-    p50_ms: float = 0.0
-    p99_ms: float = 0.0
-    mean_ms: float = 0.0
-    errors: int = 0
-    error_kinds: dict = field(default_factory=dict)
-    server_cpu_cores: float = 0.0           # server process CPU seconds per second in the window
-    server_cpu_ms_per_request: float = 0.0  # server process CPU ms per counted request
-    round_rps: list = field(default_factory=list)     # per round, to show the spread
-    round_p50_ms: list = field(default_factory=list)
-    foreign_cores: float = 0.0   # worst slice: CPU used by other processes on the machine, in cores
-    retried_slices: int = 0      # slices measured again because other processes were busy
-
-
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:
@@ -241,24 +280,24 @@ def system_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def snapshot(pid: int) -> tuple[float, float, float]:
-    """(server CPU s, this process's CPU s, machine busy s), to tell our load from others'."""
-    return cpu_seconds(pid), cpu_seconds(os.getpid()), system_busy_seconds()
+def snapshot(pid: int, others: tuple[int, ...]) -> tuple[float, float, float]:
+    """(CPU s of `pid`, CPU s of this process and `others`, machine busy s)."""
+    ours = cpu_seconds(os.getpid()) + sum(cpu_seconds(p) for p in others)
+    return cpu_seconds(pid), ours, system_busy_seconds()
 
 
-def foreign_load(pid: int, window_s: float = 0.5) -> float:
-    """Cores used by processes other than `pid` and this one over the next `window_s` seconds."""
-    a = snapshot(pid)
-    time.sleep(window_s)
-    b = snapshot(pid)
-    return max(0.0, (b[2] - a[2]) - (b[0] - a[0]) - (b[1] - a[1])) / window_s
+def foreign_cores(a: tuple[float, float, float], b: tuple[float, float, float], seconds: float) -> float:
+    """Cores that processes other than the servers and this script used between two snapshots."""
+    return max(0.0, (b[2] - a[2]) - (b[0] - a[0]) - (b[1] - a[1])) / seconds
 
 
-def wait_quiet(pid: int, max_foreign: float, timeout_s: float) -> float:
+def wait_quiet(pids: tuple[int, ...], max_foreign: float, timeout_s: float) -> float:
     """Wait (at most `timeout_s`) until other processes leave the CPU alone; returns their last load."""
     deadline = time.monotonic() + timeout_s
     while True:
-        load = foreign_load(pid)
+        a = snapshot(pids[0], pids[1:])
+        time.sleep(0.5)
+        load = foreign_cores(a, snapshot(pids[0], pids[1:]), 0.5)
         if load <= max_foreign or time.monotonic() >= deadline:
             return load
         log(f"    waiting: other processes use {load:.2f} cores")
@@ -271,9 +310,9 @@ class QuietBudget:
     def __init__(self, seconds: float) -> None:
         self.left = float(seconds)
 
-    def wait(self, pid: int, max_foreign: float, cap_s: float) -> float:
+    def wait(self, pids: tuple[int, ...], max_foreign: float, cap_s: float) -> float:
         started = time.monotonic()
-        load = wait_quiet(pid, max_foreign, max(0.0, min(cap_s, self.left)))
+        load = wait_quiet(pids, max_foreign, max(0.0, min(cap_s, self.left)))
         self.left -= time.monotonic() - started
         return load
 
@@ -285,33 +324,48 @@ class QuietBudget:
         return True
 
 
-Slice = tuple  # (latencies ms, errors by kind, measured s, server CPU s, foreign load in cores)
+@dataclass
+class Slice:
+    latencies_ms: list[float]
+    errors: dict[str, int]
+    seconds: float
+    server_cpu_s: float
+    foreign_cores: float
 
 
 async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s: float,
-                       duration_s: float, pid: int) -> Slice:
+                       duration_s: float, pid: int, others: tuple[int, ...], min_requests: int = 0) -> Slice:
+    """Measure `duration_s` after `warmup_s`, longer (up to 4x) until `min_requests` have completed."""
     hostport = url.split("://", 1)[1]
     host, port = hostport.rsplit(":", 1)
     heads = [(f"POST /v1/systemone HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
               f"Accept: application/json\r\nContent-Length: {len(b)}\r\n\r\n").encode() for b in bodies]
     loop = asyncio.get_running_loop()
-    start = loop.time()
-    measure_from = start + warmup_s
-    measure_to = measure_from + duration_s
+    measure_from = loop.time() + warmup_s
     latencies: list[float] = []
     errors: dict[str, int] = {}
-    snaps: dict[str, tuple[float, float, float]] = {}
-    loop.call_at(measure_from, lambda: snaps.__setitem__("from", snapshot(pid)))
-    loop.call_at(measure_to, lambda: snaps.__setitem__("to", snapshot(pid)))
+    window: dict[str, Any] = {"measuring": False, "stopped": False}
+
+    async def clock() -> None:
+        await asyncio.sleep(max(0.0, measure_from - loop.time()))
+        window["from"] = snapshot(pid, others)
+        window["measuring"] = True
+        end, last = measure_from + duration_s, measure_from + 4 * duration_s
+        while True:
+            await asyncio.sleep(max(0.0, end - loop.time()))
+            if len(latencies) >= min_requests or loop.time() >= last:
+                break
+            end = min(last, end + duration_s / 2)  # a slow cell: too few answers to tell yet
+        window["to"] = snapshot(pid, others)
+        window["seconds"] = loop.time() - measure_from
+        window["measuring"], window["stopped"] = False, True
 
     async def client(k: int) -> None:
         conn = _Conn(host, int(port))
         i = k * 7  # each client starts at a different state
         try:
-            while True:
+            while not window["stopped"]:
                 t0 = loop.time()
-                if t0 >= measure_to:
-                    return
                 j = i % len(bodies)
                 i += 1
                 try:
@@ -320,54 +374,94 @@ async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s
                 except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as exc:
                     await conn.close()
                     kind = type(exc).__name__
-                t1 = loop.time()
-                if measure_from <= t1 <= measure_to:
+                if window["measuring"]:  # answered inside the window
                     if kind is None:
-                        latencies.append((t1 - t0) * 1000.0)
+                        latencies.append((loop.time() - t0) * 1000.0)
                     else:
                         errors[kind] = errors.get(kind, 0) + 1
-                elif kind is not None and t1 < measure_from:
-                    errors["warm-up " + kind] = errors.get("warm-up " + kind, 0) + 1
+                elif kind is not None and not window["stopped"]:
+                    errors["outside window " + kind] = errors.get("outside window " + kind, 0) + 1
         finally:
             await conn.close()
 
-    await asyncio.gather(*(client(k) for k in range(concurrency)))
-    (srv0, me0, busy0), (srv1, me1, busy1) = snaps["from"], snaps["to"]
-    server_cpu = srv1 - srv0
-    foreign = max(0.0, (busy1 - busy0) - server_cpu - (me1 - me0)) / duration_s
-    return latencies, errors, duration_s, server_cpu, foreign
+    await asyncio.gather(clock(), *(client(k) for k in range(concurrency)))
+    a, b = window["from"], window["to"]
+    return Slice(latencies, errors, window["seconds"], b[0] - a[0], foreign_cores(a, b, window["seconds"]))
 
 
-def run_cell(url: str, pid: int, concurrency: int, sets: int, warmup_s: float,
-             duration_s: float) -> Slice:
-    """One slice of one cell: (latencies ms, errors by kind, measured s, server CPU s, foreign cores)."""
-    return asyncio.run(_closed_loop(url, request_bodies(sets), concurrency, warmup_s, duration_s, pid))
+# ------------------------------------------------------------------------------ results
+
+@dataclass
+class Cell:
+    server: str
+    label: str
+    tokens: int
+    questions: int
+    load: str
+    concurrency: int
+    duration_s: float = 0.0
+    requests: int = 0
+    rps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    errors: int = 0
+    error_kinds: dict = field(default_factory=dict)
+    cpu_ms_per_request: float = 0.0   # median over rounds of the server's CPU ms per counted request
+    round_rps: list = field(default_factory=list)
+    round_cpu_ms_per_request: list = field(default_factory=list)
+    foreign_cores: float = 0.0        # worst slice: CPU other processes used, in cores
+    retried_slices: int = 0
 
 
-def build_cell(server: str, label: str, concurrency: int, sets: int,
-               slices: list[Slice]) -> Cell:
+def build_cell(server: str, spec: CellSpec, concurrency: int, slices: list[Slice], retried: int) -> Cell:
     """Pool the raw slices of every round into one cell."""
-    latencies = sorted(x for sl in slices for x in sl[0])
+    latencies = sorted(x for sl in slices for x in sl.latencies_ms)
     errors: dict[str, int] = {}
     for sl in slices:
-        for kind, n in sl[1].items():
+        for kind, n in sl.errors.items():
             errors[kind] = errors.get(kind, 0) + n
-    dur = sum(sl[2] for sl in slices)
-    cpu_s = sum(sl[3] for sl in slices)
-    cell = Cell(server, label, concurrency, sets, dur)
+    conc = 1 if spec.load == "c1" else concurrency
+    cell = Cell(server, spec.label(concurrency), spec.tokens, spec.questions, spec.load, conc)
+    cell.duration_s = sum(sl.seconds for sl in slices)
     cell.requests = len(latencies)
-    cell.rps = len(latencies) / dur
+    cell.rps = len(latencies) / cell.duration_s
     cell.p50_ms = percentile(latencies, 50)
     cell.p99_ms = percentile(latencies, 99)
-    cell.mean_ms = statistics.fmean(latencies) if latencies else float("nan")
     cell.errors = sum(errors.values())
     cell.error_kinds = errors
-    cell.server_cpu_cores = cpu_s / dur
-    cell.server_cpu_ms_per_request = cpu_s * 1000.0 / len(latencies) if latencies else float("nan")
-    cell.round_rps = [len(sl[0]) / sl[2] for sl in slices]
-    cell.round_p50_ms = [percentile(sorted(sl[0]), 50) for sl in slices]
-    cell.foreign_cores = max(sl[4] for sl in slices)
+    cell.round_rps = [len(sl.latencies_ms) / sl.seconds for sl in slices]
+    cell.round_cpu_ms_per_request = [sl.server_cpu_s * 1000.0 / len(sl.latencies_ms)
+                                     for sl in slices if sl.latencies_ms]
+    cell.cpu_ms_per_request = (statistics.median(cell.round_cpu_ms_per_request)
+                               if cell.round_cpu_ms_per_request else float("nan"))
+    cell.foreign_cores = max(sl.foreign_cores for sl in slices)
+    cell.retried_slices = retried
     return cell
+
+
+def goals(cells: list[dict[str, Any]], rss: dict[str, dict[str, int]], max_foreign: float) -> list[dict[str, Any]]:
+    """Each goal of issue 18 per cell: the ratio reference / laya-serve, and met or missed."""
+    by = {(c["server"], c["label"]): c for c in cells}
+    out = []
+    for ref in (c for c in cells if c["server"] == "reference"):
+        lay = by.get(("laya-serve", ref["label"]))
+        if lay is None:
+            continue
+        noisy = max(ref["foreign_cores"], lay["foreign_cores"]) > max_foreign
+        if ref["load"] == "c1":
+            checks = [("p50", ref["p50_ms"] / lay["p50_ms"], "<=", GOAL_C1_P50)]
+        else:
+            checks = [("CPU ms/req", ref["cpu_ms_per_request"] / lay["cpu_ms_per_request"], "<=", GOAL_CPU_PER_REQ),
+                      ("req/s", ref["rps"] / lay["rps"], ">=", GOAL_RPS)]
+        for what, ratio, op, goal in checks:
+            met = ratio <= goal if op == "<=" else ratio >= goal
+            out.append({"cell": ref["label"], "what": what, "ratio": ratio, "goal": f"{op} {goal}x",
+                        "met": met, "noisy": noisy})
+    if "reference" in rss and "laya-serve" in rss:
+        ratio = rss["reference"]["VmHWM"] / rss["laya-serve"]["VmHWM"]
+        out.append({"cell": "all", "what": "peak RSS", "ratio": ratio, "goal": f"<= {GOAL_RSS}x",
+                    "met": ratio <= GOAL_RSS, "noisy": False})
+    return out
 
 
 # ------------------------------------------------------------------------------ servers
@@ -442,11 +536,10 @@ class ReferenceProcess:
                 self.proc.wait(timeout=10)
 
 
-def sanity_answers(url: str) -> list[dict]:
-    """The `answers` of each distinct request kind (c=1 body, each mixed set), via httpx."""
-    bodies = request_bodies(1)[:1] + request_bodies(MIXED_SETS_FOR_SANITY)[:MIXED_SETS_FOR_SANITY]
+def first_answers(url: str, bodies: list[bytes]) -> list[dict]:
+    """The `answers` of each body, one request at a time, via httpx."""
     out = []
-    with httpx.Client(timeout=30, trust_env=False) as client:
+    with httpx.Client(timeout=60, trust_env=False) as client:
         for body in bodies:
             r = client.post(url + "/v1/systemone", content=body, headers={"content-type": "application/json"})
             if r.status_code != 200:
@@ -455,150 +548,29 @@ def sanity_answers(url: str) -> list[dict]:
     return out
 
 
-MIXED_SETS_FOR_SANITY = 8
+def sanity_bodies(workload: dict[tuple[int, int, str], list[bytes]]) -> list[bytes]:
+    """Per (size, questions): the first body, and two of the mixed load's question sets."""
+    out, seen = [], set()
+    for (tokens, questions, load), bodies in workload.items():
+        if load == "mixed":
+            out.extend(bodies[:2])
+        elif (tokens, questions) not in seen:
+            out.append(bodies[0])
+        seen.add((tokens, questions))
+    return out
 
 
-def same_answers(ref: list[dict] | None, laya: list[dict] | None) -> bool:
-    """True when either side is not known yet, or both servers answered identically."""
-    if ref is None or laya is None:
-        return True
+def answers_differ(ref: list[dict], laya: list[dict]) -> bool:
     if ref == laya:
-        return True
+        return False
     for i, (a, b) in enumerate(zip(ref, laya)):
         if a != b:
-            log(f"sanity: request kind {i} differs:\n ref  {a}\n laya {b}")
+            log(f"sanity: request {i} differs:\n ref  {a}\n laya {b}")
     log("sanity check FAILED: the reference server's answers differ from laya-serve's; nothing timed")
-    return False
+    return True
 
 
-def prime(url: str, args: argparse.Namespace) -> None:
-    """Every body once at c=1, then each body again in a burst of --concurrency clients; not timed."""
-    asyncio.run(_prime(url, args))
-
-
-async def _prime(url: str, args: argparse.Namespace) -> None:
-    hostport = url.split("://", 1)[1]
-    host, port = hostport.rsplit(":", 1)
-    bodies = request_bodies(1) + request_bodies(args.mixed_sets)
-
-    async def send(indices: range) -> None:
-        conn = _Conn(host, int(port))
-        try:
-            for i in indices:
-                head = (f"POST /v1/systemone HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json"
-                        f"\r\nContent-Length: {len(bodies[i])}\r\n\r\n").encode()
-                await conn.post(head, bodies[i])
-        finally:
-            await conn.close()
-
-    await send(range(len(bodies)))
-    n = max(1, args.concurrency)
-    await asyncio.gather(*(send(range(k, len(bodies), n)) for k in range(n)))
-
-
-def peak(results: dict[str, Any], name: str, status: dict[str, int]) -> None:
-    """Keep the largest VmHWM over rounds (each round is a fresh process)."""
-    prev = results["rss_kib"].get(name)
-    if prev is None or status["VmHWM"] > prev["VmHWM"]:
-        results["rss_kib"][name] = status
-
-
-def plan(args: argparse.Namespace) -> list[tuple[str, int, int]]:
-    """(label, concurrency, question sets) of every cell, in the order they run."""
-    return [("c=1", 1, 1), (f"c={args.concurrency}", args.concurrency, 1),
-            (f"c={args.concurrency} mixed", args.concurrency, args.mixed_sets)]
-
-
-def measure_server(name: str, url: str, pid: int, args: argparse.Namespace, round_no: int,
-                   raw: dict[tuple[str, str], list], retried: dict[tuple[str, str], int]) -> None:
-    per_round = args.duration / args.rounds
-    for label, conc, sets in plan(args):
-        for attempt in range(args.retries + 1):
-            args.budget.wait(pid, args.max_foreign, args.quiet_wait)
-            sl = run_cell(url, pid, conc, sets, args.warmup, per_round)
-            lat = sorted(sl[0])
-            log(f"  round {round_no} {name:<10} {label:<12} {len(lat) / sl[2]:7.1f} req/s  "
-                f"p50 {percentile(lat, 50):7.2f} ms  p99 {percentile(lat, 99):7.2f} ms  errors "
-                f"{sum(sl[1].values())}  other processes {sl[4]:.2f} cores")
-            if sl[4] <= args.max_foreign:
-                break
-            if attempt < args.retries and args.budget.retry(args.warmup + per_round):
-                log(f"    other processes used {sl[4]:.2f} cores (> {args.max_foreign}); measuring again")
-                retried[(name, label)] = retried.get((name, label), 0) + 1
-            else:
-                break
-        raw.setdefault((name, label), []).append(sl)
-
-
-# ------------------------------------------------------------------------------ in-process
-
-INPROC_CODE = r"""
-import json, os, sys, time
-sys.path.insert(0, sys.argv[1])
-import torch
-default_threads = torch.get_num_threads()
-mode = sys.argv[3]
-try:
-    from reference_server.engine import _auto_threads
-    auto = _auto_threads(default_threads)
-except Exception:
-    auto = None
-n = (auto or default_threads) if mode == "reference" else default_threads
-torch.set_num_threads(n)
-import laya
-agent = laya.load(sys.argv[2], device="cpu")
-reqs = json.loads(sys.stdin.read())
-for r in reqs[:8]:
-    agent.predict(r["state"], r["questions"])
-def busy():
-    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / os.sysconf("SC_CLK_TCK")
-lat = []
-b0, c0 = busy(), time.process_time()
-t_start = time.perf_counter()
-deadline = t_start + float(sys.argv[4])
-i = 0
-while time.perf_counter() < deadline or len(lat) < 30:
-    r = reqs[i % len(reqs)]; i += 1
-    t0 = time.perf_counter(); agent.predict(r["state"], r["questions"]); lat.append((time.perf_counter() - t0) * 1000)
-wall = time.perf_counter() - t_start
-foreign = max(0.0, (busy() - b0) - (time.process_time() - c0)) / wall
-hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
-print(json.dumps({"latencies_ms": lat, "threads": n, "torch_default_threads": default_threads,
-                  "reference_auto_threads": auto, "vmhwm_kib": int(hwm),
-                  "foreign_cores": foreign}))
-"""
-
-
-def in_process(checkpoint: str, mode: str, seconds: float, threads: int | None,
-               args: argparse.Namespace) -> dict[str, Any]:
-    """The in-process baseline, measured again (up to --retries times) while other processes are busy."""
-    for attempt in range(args.retries + 1):
-        args.budget.wait(os.getpid(), args.max_foreign, args.quiet_wait)
-        data = _in_process_once(checkpoint, mode, seconds, threads)
-        data["retried"] = attempt
-        if data["foreign_cores"] <= args.max_foreign or not args.budget.retry(seconds + 4.0):
-            break
-        log(f"    other processes used {data['foreign_cores']:.2f} cores; measuring again")
-    return data
-
-
-def _in_process_once(checkpoint: str, mode: str, seconds: float, threads: int | None) -> dict[str, Any]:
-    reqs = [json.loads(b) for b in request_bodies(1)]
-    env = clean_env()
-    if threads and mode == "reference":
-        env["LAYA_THREADS"] = str(threads)
-    out = subprocess.run([PY, "-c", INPROC_CODE, str(ROOT), checkpoint, mode, str(seconds)],
-                         input=json.dumps(reqs), capture_output=True, text=True, env=env, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError("in-process run failed:\n" + out.stderr[-3000:])
-    data = json.loads(out.stdout.strip().splitlines()[-1])
-    lat = sorted(data.pop("latencies_ms"))
-    data.update(calls=len(lat), p50_ms=percentile(lat, 50), p99_ms=percentile(lat, 99))
-    return data
-
-
-# ------------------------------------------------------------------------------ report
+# ------------------------------------------------------------------------------ the run
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -619,168 +591,214 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {platform.machine()} (Linux {platform.release()}, {libc})"
 
 
-def verdicts(results: dict[str, Any], conc: int, max_foreign: float) -> list[dict[str, Any]]:
-    by = {(c["server"], c["label"]): c for c in results["cells"]}
+def measure(name: str, url: str, pid: int, others: tuple[int, ...], spec: CellSpec, bodies: list[bytes],
+            args: argparse.Namespace, round_no: int) -> tuple[Slice, int]:
+    """One slice of one cell on one server, measured again while other processes are busy."""
+    per_round = args.duration / args.rounds
+    conc = 1 if spec.load == "c1" else args.concurrency
+    retried = 0
+    for attempt in range(args.retries + 1):
+        args.budget.wait((pid, *others), args.max_foreign, args.quiet_wait)
+        sl = asyncio.run(_closed_loop(url, bodies, conc, args.warmup, per_round, pid, others,
+                                      min_requests=args.min_requests * conc))
+        lat = sorted(sl.latencies_ms)
+        cpu = sl.server_cpu_s * 1000.0 / len(lat) if lat else float("nan")
+        log(f"  round {round_no} {name:<10} {spec.label(args.concurrency):<22} {len(lat) / sl.seconds:7.1f} req/s  "
+            f"p50 {percentile(lat, 50):8.2f} ms  CPU {cpu:7.2f} ms/req  errors {sum(sl.errors.values())}  "
+            f"other processes {sl.foreign_cores:.2f} cores")
+        if sl.foreign_cores <= args.max_foreign:
+            break
+        if attempt < args.retries and args.budget.retry(args.warmup + per_round):
+            log(f"    other processes used {sl.foreign_cores:.2f} cores (> {args.max_foreign}); measuring again")
+            retried += 1
+        else:
+            break
+    return sl, retried
 
-    def clean(*cells: dict[str, Any]) -> str | None:
-        worst = max(c["foreign_cores"] for c in cells)
-        return None if worst <= max_foreign else f"other processes used up to {worst:.2f} cores during these cells"
 
-    rss = results["rss_kib"]
-    out = []
-    ref1, lay1 = by.get(("reference", "c=1")), by.get(("laya-serve", "c=1"))
-    if ref1 and lay1:
-        ratio = ref1["p50_ms"] / lay1["p50_ms"]
-        out.append({"target": f"c=1: reference p50 <= {TARGET_C1_P50_RATIO}x laya-serve's",
-                    "value": f"{ref1['p50_ms']:.2f} ms vs {lay1['p50_ms']:.2f} ms = {ratio:.2f}x",
-                    "met": ratio <= TARGET_C1_P50_RATIO, "unreliable": clean(ref1, lay1)})
-    refn, layn = by.get(("reference", f"c={conc}")), by.get(("laya-serve", f"c={conc}"))
-    if refn and layn:
-        ratio = refn["rps"] / layn["rps"]
-        out.append({"target": f"c={conc}: reference req/s >= {TARGET_C16_RPS_RATIO}x laya-serve's",
-                    "value": f"{refn['rps']:.1f} vs {layn['rps']:.1f} req/s = {ratio:.2f}x",
-                    "met": ratio >= TARGET_C16_RPS_RATIO, "unreliable": clean(refn, layn)})
-    if "reference" in rss and "laya-serve" in rss:
-        ref_peak, laya_peak = rss["reference"]["VmHWM"], rss["laya-serve"]["VmHWM"]
-        out.append({"target": f"reference peak RSS <= laya-serve's + {TARGET_RSS_MARGIN:.0%}",
-                    "value": f"{ref_peak / 1024:.0f} MiB vs {laya_peak / 1024:.0f} MiB = {ref_peak / laya_peak:.3f}x",
-                    "met": ref_peak <= laya_peak * (1 + TARGET_RSS_MARGIN), "unreliable": None})
-    return out
+def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args: list[str],
+              workload: dict[tuple[int, int, str], list[bytes]], results: dict[str, Any],
+              raw: dict[tuple[str, CellSpec], list[Slice]], retried: dict[tuple[str, CellSpec], int]) -> bool:
+    """Start both servers, check their answers agree, measure every cell on both; False on a mismatch."""
+    wanted = {"both": ("laya", "ref"), "laya": ("laya",), "ref": ("ref",)}[args.only]
+    servers: dict[str, tuple[str, int]] = {}  # name -> (url, pid)
+    lsrv: LayaServeProcess | None = None
+    rsrv: ReferenceProcess | None = None
+    try:
+        if "laya" in wanted:
+            extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
+            log(f"round {round_no}: laya-serve 0.4.15 starting")
+            lsrv = LayaServeProcess(checkpoint, max_concurrent=args.max_concurrent, extra_env=extra).start()
+            servers["laya-serve"] = (lsrv.url, lsrv._proc.pid)  # type: ignore[union-attr]
+        if "ref" in wanted:
+            log(f"round {round_no}: reference server starting " + " ".join(ref_args))
+            rsrv = ReferenceProcess(ref_args, args.ref_threads, args.ref_pythonpath).__enter__()
+            servers["reference"] = (rsrv.url, rsrv.pid)
+        check = sanity_bodies(workload)
+        answers = {name: first_answers(url, check) for name, (url, _) in servers.items()}
+        if len(answers) == 2:
+            if answers_differ(answers["reference"], answers["laya-serve"]):
+                return False
+            results["sanity"] = (f"reference answers == laya-serve answers on {len(check)} requests (per state size "
+                                 "and question count, the first body and two mixed question sets), checked in "
+                                 "every round before timing")
+        names = list(servers)
+        for index, spec in enumerate(plan(args)):
+            bodies = workload[(spec.tokens, spec.questions, spec.load)]
+            order = names if (index + round_no) % 2 else names[::-1]
+            for name in order:
+                url, pid = servers[name]
+                others = tuple(p for n, (_, p) in servers.items() if n != name)
+                sl, n = measure(name, url, pid, others, spec, bodies, args, round_no)
+                raw.setdefault((name, spec), []).append(sl)
+                retried[(name, spec)] = retried.get((name, spec), 0) + n
+        for name, (_, pid) in servers.items():
+            status = proc_status(pid)
+            prev = results["rss_kib"].get(name)
+            if prev is None or status["VmHWM"] > prev["VmHWM"]:
+                results["rss_kib"][name] = status
+        return True
+    finally:
+        if rsrv is not None:
+            rsrv.__exit__()
+        if lsrv is not None:
+            lsrv.stop()
 
 
 def print_report(results: dict[str, Any]) -> None:
     print(f"\n{results['date']}  {results['machine']}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()))
-    print(f"threads: reference {results['threads']['reference']}, laya-serve {results['threads']['laya-serve']}")
-    print(f"reference args: {' '.join(results['reference_args'])}\n")
-    print("| server | cell | req/s | req/s per round | p50 ms | p99 ms | requests | errors | server CPU ms/req "
-          "| other procs, cores | peak RSS MiB |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for c in results["cells"]:
-        hwm = results["rss_kib"].get(c["server"], {}).get("VmHWM")
-        shown = f"{hwm / 1024:.0f}" if hwm else "-"
-        spread = " / ".join(f"{x:.0f}" for x in c["round_rps"])
-        print(f"| {c['server']} | {c['label']} | {c['rps']:.1f} | {spread} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} | "
-              f"{c['requests']:,} | {c['errors']} | {c['server_cpu_ms_per_request']:.2f} | {c['foreign_cores']:.2f} | "
-              f"{shown} |")
-    print()
-    for name, d in results.get("in_process", {}).items():
-        print(f"in-process predict ({name}, {d['threads']} thread(s)): p50 {d['p50_ms']:.2f} ms, "
-              f"p99 {d['p99_ms']:.2f} ms over {d['calls']} calls, peak RSS {d['vmhwm_kib'] / 1024:.0f} MiB, "
-              f"other processes {d['foreign_cores']:.2f} cores")
-    ov = results.get("overhead")
-    if ov:
-        print(f"server overhead at c=1 (reference p50 - in-process p50, {ov['threads']} thread(s)): "
-              f"{ov['diff_ms']:+.2f} ms, ratio {ov['ratio']:.2f}x")
-    ovl = results.get("overhead_laya")
-    if ovl:
-        print(f"laya-serve overhead at c=1 (p50 - in-process p50, {ovl['threads']} thread(s)): "
-              f"{ovl['diff_ms']:+.2f} ms, ratio {ovl['ratio']:.2f}x")
-    print()
-    for v in results["targets"]:
-        note = f"  (UNRELIABLE: {v['unreliable']})" if v.get("unreliable") else ""
-        print(f"[{'MET' if v['met'] else 'MISSED'}] {v['target']}: {v['value']}{note}")
+    print(f"command: {results['command']}")
+    print(f"reference server args: {' '.join(results['reference_args'])}; LAYA_THREADS reference "
+          f"{results['threads']['reference']}, laya-serve {results['threads']['laya-serve']}")
+    print(f"{results['rounds']} round(s), {results['duration_s']:g} s measured per cell and server in all, "
+          f"{results['warmup_s']:g} s warm-up per slice; states: tokens of the checkpoint's tokenizer "
+          f"(laya's window cuts each (state, question) row at {WINDOW_TOKENS})\n")
+    by = {(c["server"], c["label"]): c for c in results["cells"]}
+    labels = list(dict.fromkeys(c["label"] for c in results["cells"]))
+    print("| cell | req/s laya | req/s ref | ratio | p50 ms laya | p50 ms ref | ratio | CPU ms/req laya "
+          "| CPU ms/req ref | ratio | p99 ms laya / ref | errors | other procs, cores |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def f(c: dict | None, key: str, fmt: str) -> str:
+        return format(c[key], fmt) if c else "-"
+
+    def r(a: dict | None, b: dict | None, key: str) -> str:
+        return f"{a[key] / b[key]:.2f}x" if a and b and b[key] else "-"
+
+    for label in labels:
+        lay, ref = by.get(("laya-serve", label)), by.get(("reference", label))
+        errors = sum(c["errors"] for c in (lay, ref) if c)
+        foreign = max(c["foreign_cores"] for c in (lay, ref) if c)
+        print(f"| {label} | {f(lay, 'rps', '.1f')} | {f(ref, 'rps', '.1f')} | {r(ref, lay, 'rps')} "
+              f"| {f(lay, 'p50_ms', '.1f')} | {f(ref, 'p50_ms', '.1f')} | {r(ref, lay, 'p50_ms')} "
+              f"| {f(lay, 'cpu_ms_per_request', '.1f')} | {f(ref, 'cpu_ms_per_request', '.1f')} "
+              f"| {r(ref, lay, 'cpu_ms_per_request')} | {f(lay, 'p99_ms', '.0f')} / {f(ref, 'p99_ms', '.0f')} "
+              f"| {errors} | {foreign:.2f} |")
+    rss = results["rss_kib"]
+    print("\npeak RSS (VmHWM, largest over rounds): " + ", ".join(
+        f"{name} {v['VmHWM'] / 1024:.0f} MiB" for name, v in rss.items()))
+    if results["goals"]:
+        met = sum(1 for g in results["goals"] if g["met"])
+        print(f"\ngoals (reference / laya-serve, same run): {met} of {len(results['goals'])} met")
+        for g in results["goals"]:
+            note = "  (noisy: other processes were busy)" if g["noisy"] else ""
+            print(f"  [{'met' if g['met'] else 'MISSED'}] {g['cell']}: {g['what']} {g['ratio']:.2f}x, goal "
+                  f"{g['goal']}{note}")
     if results.get("sanity"):
         print(f"\nsanity: {results['sanity']}")
 
 
+def csv_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def csv_loads(text: str) -> list[str]:
+    loads = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in loads if x not in LOADS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown load {bad[0]!r}; use {', '.join(LOADS)}")
+    return loads
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell (default 15)")
-    p.add_argument("--warmup", type=float, default=3.0, help="discarded seconds before each cell (default 3)")
-    p.add_argument("--rounds", type=int, default=2, help="server restarts per server, ABBA order; each round "
-                   "measures --duration/--rounds s per cell (default 2)")
-    p.add_argument("--concurrency", type=int, default=16, help="clients in the concurrent cells (default 16)")
-    p.add_argument("--mixed-sets", type=int, default=8, help="distinct question sets in the mixed cell (default 8)")
+    p.add_argument("--sizes", type=csv_ints, default=[64, 512, 2048],
+                   help="state sizes in tokens, comma-separated (default 64,512,2048)")
+    p.add_argument("--questions", type=csv_ints, default=[1, 4, 12],
+                   help="questions per request, comma-separated (default 1,4,12)")
+    p.add_argument("--loads", type=csv_loads, default=list(LOADS),
+                   help="c1 (one client), same (--concurrency clients, one question set), mixed "
+                        "(--concurrency clients, --mixed-sets question sets); default c1,same,mixed")
+    p.add_argument("--duration", type=float, default=8.0,
+                   help="measured seconds per cell and server, over all rounds (default 8)")
+    p.add_argument("--warmup", type=float, default=2.0, help="discarded seconds before each slice (default 2)")
+    p.add_argument("--min-requests", type=int, default=4, help="a slice goes on (up to 4x its length) until this "
+                   "many requests per client were answered in it (default 4)")
+    p.add_argument("--rounds", type=int, default=2, help="fresh starts of both servers (default 2)")
+    p.add_argument("--concurrency", type=int, default=16, help="clients in the same and mixed loads (default 16)")
+    p.add_argument("--mixed-sets", type=int, default=8, help="distinct question sets in the mixed load (default 8)")
     p.add_argument("--max-concurrent", type=int, default=32,
                    help="both servers' admission limit (default 32, so c=16 never sheds)")
     p.add_argument("--ref-arg", action="append", default=[], help="extra reference-server argument, e.g. "
-                   "--ref-arg=--batch-window-ms=0 (repeatable)")
+                   "--ref-arg=--passes=1 (repeatable)")
     p.add_argument("--ref-threads", type=int, default=None, help="LAYA_THREADS for the reference server "
                    "(default: unset, its engine's own rule)")
     p.add_argument("--laya-threads", type=int, default=None, help="LAYA_THREADS for laya-serve "
                    "(default: unset, torch's default)")
     p.add_argument("--ref-pythonpath", default=None, help="directory with a scratch copy of reference_server/")
     p.add_argument("--only", choices=("both", "ref", "laya"), default="both")
-    p.add_argument("--in-process-seconds", type=float, default=6.0, help="0 skips the in-process baseline")
     p.add_argument("--max-foreign", type=float, default=0.25, help="re-measure a slice when other processes "
                    "used more than this many cores during it (default 0.25)")
-    p.add_argument("--retries", type=int, default=2, help="re-measurements per slice (default 2)")
+    p.add_argument("--retries", type=int, default=1, help="re-measurements per slice (default 1)")
     p.add_argument("--quiet-wait", type=float, default=10.0, help="before each slice, wait up to this many "
                    "seconds for other processes to drop under --max-foreign (default 10)")
-    p.add_argument("--quiet-budget", type=float, default=60.0, help="seconds this run may spend in all on "
-                   "waiting for quiet and re-measuring (default 60)")
+    p.add_argument("--quiet-budget", type=float, default=120.0, help="seconds this run may spend in all on "
+                   "waiting for quiet and re-measuring (default 120)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
+    if args.rounds < 1 or args.concurrency < 1 or args.mixed_sets < 2 or not args.sizes or not args.questions:
+        p.error("--rounds and --concurrency must be at least 1, --mixed-sets at least 2, sizes and questions given")
     args.budget = QuietBudget(args.quiet_budget)
 
     checkpoint = subprocess.check_output([PY, "-m", "reference_server", "--show-checkpoint"], text=True,
                                          cwd=str(ROOT)).strip()
-    ref_args = ["--max-concurrent", str(args.max_concurrent), *args.ref_arg]
+    # The reference server's default in-flight budget (4 x 32,768 tokens) fits 16 requests of 16
+    # questions; a larger grid would be shed as 503 overloaded, which is not throughput.
+    inflight = args.concurrency * max(args.questions) * WINDOW_TOKENS
+    ref_args = ["--max-concurrent", str(args.max_concurrent),
+                *(["--max-inflight-tokens", str(inflight)] if inflight > 4 * 32768 else []), *args.ref_arg]
+    count = TokenCounter(checkpoint)
+    states = {t: sized_states(t, count) for t in args.sizes}
+    workload = {}
+    for t in args.sizes:
+        for q in args.questions:
+            for load in args.loads:
+                workload[(t, q, load)] = request_bodies(states[t], q, args.mixed_sets if load == "mixed" else 1)
     results: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "machine": machine(), "versions": versions(),
         "command": " ".join([Path(PY).name, *sys.argv]), "checkpoint": checkpoint,
-        "duration_s": args.duration, "rounds": args.rounds, "warmup_s": args.warmup, "concurrency": args.concurrency,
-        "mixed_sets": args.mixed_sets, "max_foreign_cores": args.max_foreign, "max_concurrent": args.max_concurrent, "reference_args": ref_args,
-        "cells": [], "rss_kib": {}, "in_process": {}, "targets": [], "sanity": None,
+        "duration_s": args.duration, "rounds": args.rounds, "warmup_s": args.warmup,
+        "concurrency": args.concurrency, "mixed_sets": args.mixed_sets, "max_foreign_cores": args.max_foreign,
+        "reference_args": ref_args,
+        "threads": {"reference": args.ref_threads or "unset", "laya-serve": args.laya_threads or "unset"},
+        "state_chars": {t: round(statistics.fmean(len(s) for s in states[t])) for t in args.sizes},
+        "cells": [], "rss_kib": {}, "goals": [], "sanity": None,
     }
+    log("states (tokens -> mean characters): " + ", ".join(f"{t} -> {c}" for t, c in results["state_chars"].items()))
     started = time.monotonic()
-    laya_answers: list[dict] | None = None
-    ref_answers: list[dict] | None = None
-    raw: dict[tuple[str, str], list] = {}
-    retried: dict[tuple[str, str], int] = {}
-    servers = {"both": ["laya", "ref"], "laya": ["laya"], "ref": ["ref"]}[args.only]
+    raw: dict[tuple[str, CellSpec], list[Slice]] = {}
+    retried: dict[tuple[str, CellSpec], int] = {}
     for round_no in range(1, args.rounds + 1):
-        # ABBA order: laya-serve first in odd rounds, the reference server first in even ones.
-        for which in (servers if round_no % 2 else servers[::-1]):
-            if which == "laya":
-                extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
-                log(f"round {round_no}: laya-serve 0.4.15 starting")
-                with LayaServeProcess(checkpoint, max_concurrent=args.max_concurrent, extra_env=extra) as lsrv:
-                    pid = lsrv._proc.pid  # type: ignore[union-attr]
-                    answers = sanity_answers(lsrv.url)
-                    if laya_answers is None:
-                        laya_answers = answers
-                    if not same_answers(ref_answers, answers):
-                        return 1
-                    prime(lsrv.url, args)
-                    measure_server("laya-serve", lsrv.url, pid, args, round_no, raw, retried)
-                    peak(results, "laya-serve", proc_status(pid))
-            else:
-                log(f"round {round_no}: reference server starting " + " ".join(ref_args))
-                with ReferenceProcess(ref_args, args.ref_threads, args.ref_pythonpath) as rsrv:
-                    answers = sanity_answers(rsrv.url)
-                    if ref_answers is None:
-                        ref_answers = answers
-                    if not same_answers(answers, laya_answers):
-                        return 1
-                    prime(rsrv.url, args)
-                    measure_server("reference", rsrv.url, rsrv.pid, args, round_no, raw, retried)
-                    peak(results, "reference", proc_status(rsrv.pid))
-    if ref_answers is not None and laya_answers is not None:
-        results["sanity"] = (f"reference answers == laya-serve answers on {len(ref_answers)} requests "
-                             "(the c=1 body and one per mixed question set), checked before timing each server")
-    for name in ("laya-serve", "reference"):
-        for label, conc, sets in plan(args):
-            if (name, label) in raw:
-                cell = build_cell(name, label, conc, sets, raw[(name, label)])
-                cell.retried_slices = retried.get((name, label), 0)
+        if not run_round(round_no, args, checkpoint, ref_args, workload, results, raw, retried):
+            return 1
+    for spec in plan(args):
+        for name in ("laya-serve", "reference"):
+            if (name, spec) in raw:
+                cell = build_cell(name, spec, args.concurrency, raw[(name, spec)], retried.get((name, spec), 0))
                 results["cells"].append(asdict(cell))
-    if args.in_process_seconds > 0:
-        for mode in ("reference", "torch-default"):
-            log(f"in-process predict ({mode} threads)")
-            results["in_process"][mode] = in_process(checkpoint, mode, args.in_process_seconds, args.ref_threads, args)
-    ref_threads = args.ref_threads or (results["in_process"].get("reference", {}).get("threads") or "engine default")
-    laya_threads = args.laya_threads or (results["in_process"].get("torch-default", {}).get("threads") or "torch default")
-    results["threads"] = {"reference": ref_threads, "laya-serve": laya_threads}
-    by = {(c["server"], c["label"]): c for c in results["cells"]}
-    for key, server, mode in (("overhead", "reference", "reference"), ("overhead_laya", "laya-serve", "torch-default")):
-        cell, base = by.get((server, "c=1")), results["in_process"].get(mode)
-        if cell and base:
-            results[key] = {"threads": base["threads"], "in_process_p50_ms": base["p50_ms"],
-                            "server_p50_ms": cell["p50_ms"], "diff_ms": cell["p50_ms"] - base["p50_ms"],
-                            "ratio": cell["p50_ms"] / base["p50_ms"]}
-    results["targets"] = verdicts(results, args.concurrency, args.max_foreign)
+    results["goals"] = goals(results["cells"], results["rss_kib"], args.max_foreign)
     results["wall_s"] = round(time.monotonic() - started, 1)
     errors = sum(c["errors"] for c in results["cells"])
     if args.json:

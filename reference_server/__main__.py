@@ -101,14 +101,16 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 32768, 64 questions at laya's default window of 512)")
     p.add_argument("--max-inflight-tokens", type=int, default=None,
                    help="tokens of inference in flight at once, all requests together, before 503 overloaded "
-                        "(default: --passes x --max-request-tokens)")
-    p.add_argument("--max-batch", type=int, default=16, help="requests per batched forward pass")
+                        "(default: 4 x --max-request-tokens)")
+    p.add_argument("--max-batch", type=int, default=16,
+                   help="requests per batch; the engine packs a batch's rows into forward passes of about "
+                        "2,048 tokens (default 16)")
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long an idle server's first request waits for company (default 0: under load, "
                         "requests that queue while a pass runs share the next one anyway)")
     p.add_argument("--passes", type=int, default=2,
-                   help="batches run at once, each on its own thread; the automatic torch thread count "
-                        "is shared among them (default 2)")
+                   help="batches run at once, each on its own thread, their forward passes sharing the "
+                        "cores (default 2)")
     p.add_argument("--jev-strict", action="store_true", default=None,
                    help="answer with Jev's field set only, plus latency_ms (default: LAYA_JEV_STRICT, as laya-serve)")
     p.add_argument("--show-checkpoint", action="store_true", help="print the embedded checkpoint's directory and exit")
@@ -116,9 +118,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cores import bound_openmp_spinning
     from .heap import cap_malloc_arenas, freeze_loaded_objects
 
     cap_malloc_arenas()  # before any thread exists; see reference_server.heap
+    bound_openmp_spinning()  # before torch loads; see reference_server.cores
     parser = _parser()
     args = parser.parse_args(argv)
     from .tiny_checkpoint import embedded_checkpoint_dir

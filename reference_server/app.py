@@ -6,8 +6,8 @@ under a size cap, a deadline and a budget of its own (413 / 408 / 503 before any
 body that arrived with its head needs no place in that budget), admission to inference (503 at
 once beyond `max_concurrent`, never a queue), then validation that names every invalid
 question and bounds the tokens the request asks for, then the tokens of inference in flight
-across requests (503 beyond `max_inflight_tokens`: the batcher fuses requests into one forward
-pass), then micro-batched inference off the event loop. So a slow upload holds a body-read
+across requests (503 beyond `max_inflight_tokens`, which bounds the work queued), then
+micro-batched inference off the event loop. So a slow upload holds a body-read
 slot, never an inference slot.
 """
 

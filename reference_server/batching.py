@@ -1,17 +1,17 @@
 """Micro-batching of decisions, with inference off the event loop.
 
 ``MicroBatcher.submit`` queues one request per caller. A single dispatcher task collects, per
-model, the requests that arrive within ``window_ms`` of the first one waiting (at most
-``max_batch``) and hands them to ``Engine.predict`` as one call on a worker thread, so the event
-loop keeps answering (``/livez`` in milliseconds) while torch computes. At most ``passes``
-batches run at once, each on its own thread (laya lets threads run forward passes concurrently);
-everything that arrives while they run waits for the next free one, so under load batches fill
-up on their own and the window only costs latency when the server is idle.
+model, the requests that arrive within ``window_ms`` of the first one waiting and hands them to
+``Engine.predict`` as one call on a worker thread, so the event loop keeps answering (``/livez``
+in milliseconds) while torch computes. At most ``passes`` batches run at once, each on its own
+thread; everything that arrives while they run waits for the next free one, so under load
+batches fill up on their own and the window only costs latency when the server is idle.
 
-Why more than one pass: on a small CPU model, batching saves little per item (on the tiny
-checkpoint, 7.7 ms alone, about 5 ms each in a batch of 4 to 16, on one torch thread), and torch's
-intra-op threads scale poorly on small matrices. Two passes on one thread each answered 279
-items/s on 2 cores where one pass on 2 threads answered 243 (and used both cores fully).
+A batch takes at most ``max_batch`` requests, and no more than its share of those waiting
+(``ceil(waiting / free passes)``), so that under load every pass has work: the engine shares the
+cores among the forward passes of all batches running (``reference_server.cores``), and two
+batches at once let one batch's Python (tokenising, decoding) run while the other's forward
+passes compute.
 
 Outcomes are per caller:
 
@@ -216,10 +216,11 @@ class MicroBatcher:
         queue = self._queues.get(model)
         return 0 if queue is None else sum(1 for p in queue if not p.future.done())
 
-    def _take(self, model: str) -> list[_Pending]:
+    def _take(self, model: str, free_passes: int) -> list[_Pending]:
         queue = self._queues.get(model)
+        share = -(-self._live(model) // max(1, free_passes))  # leave the other free passes their part
         batch: list[_Pending] = []
-        while queue and len(batch) < self._max_batch:
+        while queue and len(batch) < min(self._max_batch, share):
             pending = queue.popleft()
             if not pending.future.done():
                 batch.append(pending)
@@ -258,7 +259,7 @@ class MicroBatcher:
                         await asyncio.wait_for(changed.wait(), remaining)
                     except asyncio.TimeoutError:
                         break
-                batch = self._take(model)
+                batch = self._take(model, self._passes - len(running))
                 if not batch:
                     free.release()
                     continue

@@ -19,40 +19,35 @@ detected ``lang`` passed down to the agent, which only changes numbers when the 
 
 This engine does what laya-serve does: it builds one ``Router(models={name: source})`` (a local
 directory, a hub id, or a laya registry name such as ``multilingual``; hub ids go through laya's
-normal ``Agent`` -> ``snapshot_download`` path, pinned by ``revisions`` when given) and answers
-every batch with ``Router.predict_batch`` and an explicit ``model=``.
+normal ``Agent`` -> ``snapshot_download`` path, pinned by ``revisions`` when given), warms each
+checkpoint with ``Router.predict_batch`` and an explicit ``model=``, and answers batches in
+packed forward passes (below), falling back to ``Router.predict_batch`` where those disagree.
 
-Batching: one forward pass where laya allows it
------------------------------------------------
-laya has no public API that puts requests with *different question sets* into one forward pass.
-``Agent.predict_batch`` takes many states but one shared question dict; ``Router.predict_batch``
-takes per-request state and questions, but groups them by laya's own order-sensitive schema key
-(``json.dumps(questions, sort_keys=False)`` -- option order is positional, so two schemas that
-differ only in key order must not share a group) and runs one ``Agent.predict_batch`` per group.
-Fusing heterogeneous rows into one tensor would need laya's private ``_encode_state`` /
-``collate_items`` / ``_decode_answers`` and re-implementing ``predict_batch``'s usage bookkeeping,
-which is the part most likely to drift from laya-serve between versions. So: **one forward pass
-per distinct question set in the batch**, requests with the same question set share one pass, and
-results come back in request order. Under real traffic a client sends the same schema over and
-over, which is the case that batches.
-
-Measured on the tiny checkpoint, 2 CPU cores (shared, so noisy), 16 requests with one 3-question
-set, medians of 20 runs: one batched ``predict`` 47-71 ms against 78-103 ms for 16 single
-``predict`` calls, 1.5x-1.8x, with 1 or 2 torch threads. 16 requests over 12 distinct question
-sets: 54-90 ms batched against 81-100 ms one by one (grouping only saves per-call overhead there).
-Every batched answer equals its single answer exactly (max abs diff 0.0).
+Batching: passes shared by any requests
+---------------------------------------
+``Router.predict_batch`` runs one ``Agent.predict_batch`` per distinct question set (laya groups
+requests by its order-sensitive schema key), so on its own it shares a forward pass only among
+requests that ask the same questions. laya scores one model row per (state, question) and rows
+never see each other, so this engine packs the rows of a whole batch itself
+(``reference_server.packing``): requests with different question sets share passes, passes hold
+about 2,000 tokens each (cheapest per row on a CPU, and memory stays bounded however large the
+batch), and a request alone on an idle server runs its rows side by side on every core. It
+uses laya's private ``_encode_state``/``collate_items``/``_forward``/``_decode_answers``, the steps
+``predict_batch`` is made of, so ``load()`` checks the packed path against laya's own
+``Router.predict_batch`` on each checkpoint (answers and usage equal) and falls back to laya's
+path for a checkpoint where they differ (``packed`` says which). Results come back in request
+order; each answer equals the single request's (the tests hold both paths to in-process laya and
+to laya-serve within 1e-4; in fact they are equal).
 
 Threads
 -------
-Predictions run on the batcher's worker threads, ``passes`` of them at once; ``load()`` may run on
-another thread before serving. torch's intra-op pool defaults to every core, which on a small box
-competes with the event loop that must keep answering ``/livez`` while a batch runs. ``load()``
-therefore sets ``torch.set_num_threads`` (process-wide, and this engine is meant to own its
-process) as follows: an explicit ``threads=N`` wins; ``threads=0`` leaves torch alone; otherwise
-``LAYA_THREADS`` (the same knob laya-serve honours) if set; otherwise, when
-``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` are unset, one core fewer than the process may use, shared
-among the ``passes`` (at least one each), never more than torch's default.
-Inter-op threads are left alone (torch refuses to change them once any parallel work has run).
+Forward passes run on a ``reference_server.cores.CorePool``: up to a budget of cores of them at
+once, one torch thread each unless a pass is large enough to feed more and cores are free, so
+torch never computes on more threads than the budget (the module says why one thread each). The budget: an explicit ``threads=N``;
+``threads=0`` leaves torch alone (up to ``passes`` passes at once, torch's own thread count);
+otherwise ``LAYA_THREADS`` (the same knob laya-serve honours) if set; ``OMP_NUM_THREADS`` or
+``MKL_NUM_THREADS`` set leaves torch alone; otherwise every core the process may use. Inter-op
+threads are left alone.
 
 Offline
 -------
@@ -68,6 +63,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -77,6 +73,9 @@ from typing import Any, Protocol
 
 from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
+
+from .cores import CorePool, auto_cores
+from .packing import packed_disagrees, predict_packed
 
 __all__ = [
     "DecisionRequest",
@@ -186,6 +185,16 @@ def _laya_item(request: DecisionRequest, key: str) -> dict[str, Any]:
     return item
 
 
+def _overrides(request: DecisionRequest) -> dict[str, int]:
+    """The request's token windows, only those set (laya reads an absent one as its own)."""
+    out = {}
+    if request.max_len is not None:
+        out["max_len"] = request.max_len
+    if request.head_max_len is not None:
+        out["head_max_len"] = request.head_max_len
+    return out
+
+
 def _string_keyed(answer: dict[str, Any]) -> dict[str, Any]:
     """A choice answer with `choice` and its probability keys as strings, as the target spec has them.
 
@@ -224,25 +233,6 @@ def _router_key(name: str) -> str:
     return key
 
 
-def _auto_threads(torch_default: int, passes: int = 1) -> int | None:
-    """The intra-op thread count ``load()`` applies when none was asked for, or None to leave it."""
-    raw = os.environ.get("LAYA_THREADS", "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n > 0:
-            return n
-    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
-        return None  # the operator already decided; torch honours these
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(torch_default, (cpus - 1) // max(1, passes)))
-
-
 @dataclass
 class _Configured:
     name: str         # the engine's name for it (what clients send as ``model``)
@@ -269,12 +259,13 @@ class LayaEngine:
         """``checkpoints`` maps a served name to a local checkpoint directory, a hub repo id, or a
         laya registry name (``english``, ``multilingual``, ``typed-decisions`` and their aliases).
 
-        ``threads``: see the module docstring (None = automatic, 0 = leave torch alone).
+        ``threads``: the cores forward passes share (see the module docstring; None = automatic,
+        0 = leave torch alone).
         ``revisions``: optional hub revision pins per served name (ignored for local dirs).
         ``jev_confidence``: add ``x_jev_confidence`` to choice and score answers, as laya-serve
         does on its wire (its default, non-strict mode).
-        ``passes``: how many ``predict`` calls will run at once (the batcher's); the automatic
-        thread count shares the spare cores among them.
+        ``passes``: how many ``predict`` calls will run at once (the batcher's); with
+        ``threads=0``, also how many forward passes run at once.
         """
         if not checkpoints:
             raise ValueError("at least one checkpoint must be configured")
@@ -306,7 +297,11 @@ class LayaEngine:
         self._warmup_ms: dict[str, float] = {}
         self._ready = False
         self._closed = False
-        self.threads: int | None = None  # what load() applied (None: left as it was)
+        self._agents: dict[str, Any] = {}
+        self._packed: dict[str, bool] = {}
+        self._pool: CorePool | None = None
+        self._inflight = 0           # predict calls running
+        self.threads: int | None = None  # the cores forward passes share (None: torch left alone)
 
     @staticmethod
     def _describe(name: str, key: str, source: str) -> _Configured:
@@ -353,7 +348,9 @@ class LayaEngine:
                 raise RuntimeError("engine is closed")
             if self._ready:
                 return
-            self._apply_threads()
+            if self._pool is None:
+                self._pool = self._core_pool()
+                self.threads = self._pool.cores
             from laya.router import Router
 
             if self._router is None:
@@ -378,10 +375,17 @@ class LayaEngine:
                 }])
                 self._warmup_ms[conf.name] = (time.perf_counter() - started) * 1000.0
                 self._models[conf.name] = self._identity(conf, agent)
+                self._agents[conf.name] = agent
+                self._packed[conf.name] = self._packing_agrees(conf, agent)
             self._ready = True
 
+    @property
+    def packed(self) -> Mapping[str, bool]:
+        """Per checkpoint: whether it is answered by packed passes (False: laya's own path)."""
+        return MappingProxyType(dict(self._packed))
+
     def predict(self, model: str, requests: Sequence[DecisionRequest]) -> list[DecisionResult]:
-        """Answer ``requests`` on ``model``: one forward pass per distinct question set.
+        """Answer ``requests`` on ``model``, in packed forward passes shared by all of them.
 
         Raises KeyError(model) for a model that is not configured, ValueError for a question (or a
         state/question combination) laya rejects -- its message names the question and is safe
@@ -390,15 +394,28 @@ class LayaEngine:
         conf = self._configured.get(model) if isinstance(model, str) else None
         if conf is None:
             raise KeyError(model)  # like a dict: args[0] is the unknown name
-        router = self._router
-        if not self._ready or router is None:
+        router, pool = self._router, self._pool
+        if not self._ready or router is None or pool is None:
             raise RuntimeError("engine is not loaded" if not self._closed else "engine is closed")
         if not requests:
             return []
-        items = [_laya_item(r, conf.key) for r in requests]
-        results = router.predict_batch(items)
-        if len(results) != len(items):  # laya checks this itself; never hand out misaligned answers
-            raise RuntimeError("laya returned %d results for %d requests" % (len(results), len(items)))
+        with self._lock:
+            self._inflight += 1
+            alone = self._inflight == 1
+        try:
+            if self._packed.get(conf.name):
+                agent = self._agents[conf.name]
+                # Alone on an idle server, a request's rows run side by side, one lane per core.
+                lanes = pool.cores if alone and pool.cores and agent.device.type == "cpu" else 1
+                results = predict_packed(agent, [(r.state, _plain_questions(r.questions), _overrides(r))
+                                                 for r in requests], pool.run, lanes)
+            else:
+                results = router.predict_batch([_laya_item(r, conf.key) for r in requests])
+        finally:
+            with self._lock:
+                self._inflight -= 1
+        if len(results) != len(requests):  # never hand out misaligned answers
+            raise RuntimeError("laya returned %d results for %d requests" % (len(results), len(requests)))
         if any(r.min_confidence is not None for r in requests):
             from laya.confidence import apply_confidence_gate
 
@@ -419,19 +436,29 @@ class LayaEngine:
                 router.unload()
             except Exception:  # noqa: BLE001 -- closing must not fail shutdown
                 pass
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     # --------------------------------------------------------------------- internals
 
-    def _apply_threads(self) -> None:
-        import torch
-
+    def _core_pool(self) -> CorePool:
         if self._threads_arg is None:
-            wanted = _auto_threads(torch.get_num_threads(), self._passes)
+            cores = auto_cores()
         else:
-            wanted = int(self._threads_arg) if int(self._threads_arg) > 0 else None
-        if wanted is not None and torch.get_num_threads() != wanted:
-            torch.set_num_threads(wanted)
-        self.threads = torch.get_num_threads() if wanted is not None else None
+            cores = int(self._threads_arg) if int(self._threads_arg) > 0 else None
+        return CorePool(cores, workers=self._passes)
+
+    def _packing_agrees(self, conf: _Configured, agent: Any) -> bool:
+        """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does."""
+        assert self._pool is not None
+        mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run)
+        if mismatch is None:
+            return True
+        print("laya-reference-server: warning: checkpoint %r is answered one forward pass per question set "
+              "(laya's Router.predict_batch): packed passes disagree with it (%s)" % (conf.name, mismatch),
+              file=sys.stderr, flush=True)
+        return False
 
     def _identity(self, conf: _Configured, agent: Any) -> ModelIdentity:
         if conf.local_dir is not None:

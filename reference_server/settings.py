@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 # of its published checkpoints and of the embedded tiny one): one rule, in the wire layer.
 from pytest_laya.wire.requests import DEFAULT_WINDOW_TOKENS
 
-__all__ = ["DEFAULT_WINDOW_TOKENS", "Limits", "ServerSettings", "check_api_key"]
+__all__ = ["DEFAULT_WINDOW_TOKENS", "INFLIGHT_REQUESTS", "Limits", "ServerSettings", "check_api_key"]
+
+#: Requests at the per-request token budget that the default in-flight budget admits at once.
+INFLIGHT_REQUESTS = 4
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,11 @@ class ServerSettings:
     # Seconds an idle keep-alive connection is kept after a response (uvicorn's own timer).
     keep_alive_timeout_s: float = 5.0
     # Tokens of inference (limits.max_request_tokens' measure) in flight at once, all requests
-    # together; beyond it, 503 overloaded. The batcher fuses requests with one question set into
-    # one forward pass, so without it 16 requests within the per-request budget (4 questions at
-    # max_len 8192 each) would make one pass of 64 x 8192 tokens, which as a single request took
-    # 21.6 GiB of RSS on the tiny checkpoint (two at once took 3.1 GiB). None: passes x
-    # limits.max_request_tokens (65,536 by default).
+    # together; beyond it, 503 overloaded. It bounds the work queued, not memory: forward passes
+    # hold at most 2,048 tokens and a longer row runs by itself (reference_server.packing), so
+    # RSS no longer grows with the requests in flight. None: INFLIGHT_REQUESTS x
+    # limits.max_request_tokens (131,072 by default: 16 requests of 16 questions at laya's
+    # default window, or 4 at the per-request maximum).
     max_inflight_tokens: int | None = None
 
     @property
@@ -105,7 +108,7 @@ class ServerSettings:
         """`max_inflight_tokens`, or its default."""
         if self.max_inflight_tokens is not None:
             return self.max_inflight_tokens
-        return self.passes * self.limits.max_request_tokens
+        return INFLIGHT_REQUESTS * self.limits.max_request_tokens
 
     def __post_init__(self) -> None:
         if self.api_key is not None:

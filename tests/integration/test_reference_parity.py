@@ -106,6 +106,33 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(reference)
     assert_same(batch["results"][0]["answers"], singles[0]["answers"])
 
 
+def test_concurrent_requests_with_different_question_sets_share_forward_passes(monkeypatch):
+    """Issue 18: requests asking different questions share passes, each answer still its own."""
+    bodies = [sample.body() for sample in VARIED_REQUESTS[:12]]
+    assert len({repr(b["questions"]) for b in bodies}) == 12
+    settings = ServerSettings(batch_window_ms=500, passes=1, max_batch=16)
+    with reference_server(settings, device="cpu") as server:
+        url = server.url + "/v1/systemone"
+        singles = [conforming(httpx.post(url, json=b, timeout=30), "/v1/systemone") for b in bodies]
+        agent = server.app.state.server.engine._agents["tiny"]
+        rows: list[int] = []
+        forward = agent._forward
+
+        def counting(batch):
+            rows.append(int(batch["input_ids"].shape[0]))
+            return forward(batch)
+
+        monkeypatch.setattr(agent, "_forward", counting)
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(lambda b: httpx.post(url, json=b, timeout=30), bodies))
+    for reply, single in zip(replies, singles):
+        body = conforming(reply, "/v1/systemone")
+        assert_same(body["answers"], single["answers"])
+        assert body["usage"] == single["usage"]
+    assert sum(rows) == sum(len(b["questions"]) for b in bodies)
+    assert len(rows) < len(bodies), rows  # laya's own path: one pass per question set, 12
+
+
 def test_identity_is_the_real_checkpoint(reference):
     import hashlib
 

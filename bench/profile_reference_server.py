@@ -1,0 +1,354 @@
+#!/usr/bin/env python
+"""Where the reference server's time goes, on the embedded tiny checkpoint: three probes.
+
+``server``: starts the reference server (``python -m reference_server``, as
+bench/bench_reference_server.py does), drives one cell of that benchmark's grid with closed-loop
+clients, and samples every thread of the server with py-spy (``pip install py-spy``) for the
+measured seconds. The samples are sorted into what the time went to: the forward pass, laya's
+tokenisation (``Agent._encode_state``), collation (padding), answer decoding, laya's
+bookkeeping, and, on the event loop, HTTP, JSON and the app; samples of a thread waiting
+(``epoll``, an idle worker) are counted apart. Also printed: requests/s, p50 and the server's CPU
+milliseconds per request.
+
+``rows``: in process, one torch thread, the model's forward pass alone on synthetic rows
+(no padding) for several rows-per-pass x tokens-per-row shapes: CPU milliseconds per row.
+
+``threads``: in process, ``laya.load(dir).predict`` on the benchmark's states for 1, 4 and 12
+questions with 1 and 2 torch intra-op threads, interleaved: wall and CPU per call, and the CPU
+that other processes used meanwhile (a torch process whose threads fill every core slows down
+many times when another process takes a core; set ``OMP_WAIT_POLICY``/``GOMP_SPINCOUNT`` in the
+environment to see what OpenMP's waiting changes).
+
+    .venv/bin/python bench/profile_reference_server.py server --tokens 512 --questions 4 --concurrency 1
+    .venv/bin/python bench/profile_reference_server.py server --tokens 512 --questions 4 --concurrency 16 --mixed
+    .venv/bin/python bench/profile_reference_server.py rows
+    .venv/bin/python bench/profile_reference_server.py threads --tokens 512
+    .venv/bin/python bench/profile_reference_server.py engine --tokens 512
+    .venv/bin/python bench/profile_reference_server.py packing
+
+``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
+passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
+batches of 8 and 16 requests, one question set or 8.
+
+``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
+(``laya.load(dir).predict``, one request at a time, torch's default threads) against the
+reference server's engine (``LayaEngine.predict``, packed passes on its core budget): at c=1,
+wall p50 per request; under load, CPU milliseconds per request and requests/s, laya one request
+after another, the engine with ``--passes`` threads each calling it with batches of 8 (mixed
+question sets with ``--mixed``). Run it with nothing else on the machine (or under ``chrt -f``,
+briefly, on a shared one) to see what a quiet machine does.
+
+A script run by hand, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_reference_server as bench  # noqa: E402
+
+CHECKPOINT = str(bench.ROOT / "reference_server" / "checkpoints" / "tiny")
+
+#: (category, substrings of a sampled stack), first match wins; inference threads only.
+INFERENCE = [
+    ("forward pass (torch)", ("Agent._forward", "Agent._infer", "run_forward")),
+    ("tokenisation (laya _encode_state)", ("Agent._encode_state",)),
+    ("collation (padding rows to one tensor)", ("collate_items",)),
+    ("answer decoding (laya _decode_answers)", ("Agent._decode_answers",)),
+    ("waking the event loop", ("call_soon_threadsafe",)),
+    ("laya bookkeeping (routing, checks, usage) and the engine", ("",)),
+]
+#: The same for the event loop's thread.
+EVENT_LOOP = [
+    ("JSON parse and validation", ("orjson", "json/", "validation", "_parse")),
+    ("the app (Starlette, handlers, responses)", ("starlette", "reference_server/app.py")),
+    ("HTTP (uvicorn, h11, sockets)", ("h11", "uvicorn", "selector_events")),
+    ("micro-batcher", ("batching.py",)),
+    ("asyncio and the rest", ("",)),
+]
+IDLE_LEAVES = ("EpollSelector.select", "thread.py:81)", "Condition.wait", "queue.py", "SimpleQueue.get")
+
+
+def categorise(raw: str) -> tuple[collections.Counter, collections.Counter]:
+    """py-spy --format raw lines ('stack count') -> (busy samples per category, idle per thread)."""
+    busy: collections.Counter = collections.Counter()
+    idle: collections.Counter = collections.Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        thread = stack.split(";", 1)[0].split(": ", 1)[-1]
+        if any(leaf in stack.rsplit(";", 1)[-1] for leaf in IDLE_LEAVES):
+            idle[thread.rstrip("_0123456789")] += n
+            continue
+        if "MainThread" in thread:
+            rules, prefix = EVENT_LOOP, "event loop: "
+        elif thread.startswith("laya-"):
+            rules, prefix = INFERENCE, "inference: "
+        else:
+            busy["other thread: " + thread.rstrip("_0123456789")] += n
+            continue
+        for name, needles in rules:
+            if any(needle in stack for needle in needles):
+                busy[prefix + name] += n
+                break
+    return busy, idle
+
+
+def server(args: argparse.Namespace) -> int:
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        print("py-spy is not installed: .venv/bin/pip install py-spy", file=sys.stderr)
+        return 2
+    states = bench.sized_states(args.tokens, bench.TokenCounter(CHECKPOINT))
+    bodies = bench.request_bodies(states, args.questions, 8 if args.mixed else 1)
+    inflight = max(65536, args.concurrency * args.questions * bench.WINDOW_TOKENS)
+    ref_args = ["--max-concurrent", "32", "--max-inflight-tokens", str(inflight), *args.ref_arg]
+    with bench.ReferenceProcess(ref_args, None, None) as ref, tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(bench._closed_loop(ref.url, bodies, args.concurrency, 1.0, 2.0, ref.pid, ()))  # warm
+        out = os.path.join(tmp, "stacks.txt")
+        recorder = subprocess.Popen([str(spy), "record", "-p", str(ref.pid), "-d", str(int(args.seconds)),
+                                     "-r", "200", "--threads", "--nonblocking", "--format", "raw", "-o", out],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sl = asyncio.run(bench._closed_loop(ref.url, bodies, args.concurrency, 0.3, args.seconds, ref.pid, ()))
+        recorder.wait()
+        raw = Path(out).read_text()
+    lat = sorted(sl.latencies_ms)
+    mixed = " mixed" if args.mixed else ""
+    print(f"{args.tokens} tokens, {args.questions} questions, c={args.concurrency}{mixed}: "
+          f"{len(lat) / sl.seconds:.1f} req/s, p50 {bench.percentile(lat, 50):.1f} ms, server CPU "
+          f"{sl.server_cpu_s * 1000 / max(1, len(lat)):.1f} ms/request, other processes {sl.foreign_cores:.2f} cores")
+    busy, idle = categorise(raw)
+    total = sum(busy.values()) or 1
+    for name, n in busy.most_common():
+        print(f"  {100 * n / total:5.1f}%  {name}")
+    print(f"  ({total} busy samples; waiting, not counted: "
+          + ", ".join(f"{k} {v}" for k, v in idle.most_common()) + ")")
+    return 0
+
+
+def rows(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    import laya
+
+    agent = laya.load(CHECKPOINT, device="cpu")
+    print("CPU ms per row, one thread, forward pass only (rows per pass x tokens per row)")
+    for length in args.lengths:
+        cells = []
+        for n in args.rows:
+            batch = {"input_ids": torch.full((n, length), 5, dtype=torch.long),
+                     "attention_mask": torch.ones((n, length), dtype=torch.long),
+                     "marker_pos": torch.arange(1, 4).repeat(n, 1),
+                     "marker_mask": torch.ones((n, 3), dtype=torch.bool),
+                     "qtype": torch.zeros(n, dtype=torch.long)}
+            with torch.no_grad():
+                agent._forward(batch)
+                cpu = []
+                for _ in range(max(3, 64 // n)):
+                    started = time.thread_time()
+                    agent._forward(batch)
+                    cpu.append((time.thread_time() - started) * 1000 / n)
+            cells.append(f"{n} rows {statistics.median(cpu):6.2f}")
+        print(f"  {length:4d} tokens/row: " + " | ".join(cells))
+    return 0
+
+
+def threads(args: argparse.Namespace) -> int:
+    import laya
+    import torch
+
+    agent = laya.load(CHECKPOINT, device="cpu")
+    states = bench.sized_states(args.tokens, bench.TokenCounter(CHECKPOINT))
+    seen: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    busy0, mine0, wall0 = bench.system_busy_seconds(), time.process_time(), time.monotonic()
+    for rep in range(args.repeats):
+        for nq in (1, 4, 12):
+            questions = bench.question_set(nq)
+            for n in (1, 2):
+                torch.set_num_threads(n)
+                agent.predict(states[rep % 24], questions)
+                for k in range(3):
+                    cpu0, started = time.process_time(), time.perf_counter()
+                    agent.predict(states[(rep + k) % 24], questions)
+                    seen.setdefault((nq, n), []).append(((time.perf_counter() - started) * 1000,
+                                                         (time.process_time() - cpu0) * 1000))
+    foreign = max(0.0, (bench.system_busy_seconds() - busy0) - (time.process_time() - mine0)) / (time.monotonic() - wall0)
+    print(f"{args.tokens} tokens; other processes used {foreign:.2f} cores meanwhile; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '-')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')}")
+    for (nq, n), values in sorted(seen.items()):
+        print(f"  {nq:2d} questions, {n} thread(s): wall p50 {statistics.median(v[0] for v in values):7.1f} ms "
+              f"(best {min(v[0] for v in values):7.1f}), CPU p50 {statistics.median(v[1] for v in values):7.1f} ms")
+    return 0
+
+
+def engine(args: argparse.Namespace) -> int:
+    """Each side in its own process and environment, as the servers run: laya with libgomp's
+    default spinning, the engine with the command line's cap (``bound_openmp_spinning``)."""
+    import json
+    import subprocess
+
+    from reference_server.cores import bound_openmp_spinning
+
+    sides = {}
+    for side in ("laya", "engine"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        if side == "engine":
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(env)
+            bound_openmp_spinning()
+            env = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(saved)
+        cmd = [sys.executable, __file__, "_side", side, "--tokens", str(args.tokens), "--questions",
+               ",".join(map(str, args.questions)), "--calls", str(args.calls), "--passes", str(args.passes)]
+        out = subprocess.run(cmd + (["--mixed"] if args.mixed else []), env=env, capture_output=True, text=True,
+                             check=True)
+        sides[side] = json.loads(out.stdout.strip().splitlines()[-1])
+    lay, ref = sides["laya"], sides["engine"]
+    print(f"{args.tokens} tokens{' mixed' if args.mixed else ''}; laya: predict one request at a time, torch's "
+          f"default threads; engine: LayaEngine.predict, {args.passes} callers with batches of 8 under load")
+    for nq in map(str, args.questions):
+        a, b = lay[nq], ref[nq]
+        print(f"  {nq:>2} questions: c=1 p50 laya {a['p50']:6.1f} ms, engine {b['p50']:6.1f} ms ({b['p50'] / a['p50']:.2f}x); "
+              f"loaded: CPU/request laya {a['cpu']:6.1f} ms, engine {b['cpu']:6.1f} ms ({b['cpu'] / a['cpu']:.2f}x), "
+              f"req/s laya {a['rps']:6.1f}, engine {b['rps']:6.1f} ({b['rps'] / a['rps']:.2f}x)")
+    return 0
+
+
+def one_side(args: argparse.Namespace) -> int:
+    import json
+    import threading
+
+    states = bench.sized_states(args.tokens, bench.TokenCounter(CHECKPOINT))
+    out = {}
+    if args.side == "laya":
+        import laya
+
+        agent = laya.load(CHECKPOINT, device="cpu")
+
+        def c1(state: object, questions: dict) -> None:
+            agent.predict(state, questions)
+    else:
+        from reference_server.engine import DecisionRequest, LayaEngine
+
+        eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", passes=args.passes)
+        eng.load()
+
+        def c1(state: object, questions: dict) -> None:
+            eng.predict("tiny", [DecisionRequest(state, questions)])
+    for nq in args.questions:
+        sets = 8 if args.mixed else 1
+        qs = [bench.question_set(nq, (i % sets) + 1 if sets > 1 else 0) for i in range(24)]
+        for i in range(3):
+            c1(states[i], qs[i])
+        lat = []
+        for i in range(args.calls):
+            started = time.perf_counter()
+            c1(states[i % 24], qs[i % 24])
+            lat.append((time.perf_counter() - started) * 1000)
+        n = args.calls * 2
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if args.side == "laya":
+            for i in range(n):
+                c1(states[i % 24], qs[i % 24])
+        else:
+            batches = [[DecisionRequest(states[(b * 8 + j) % 24], qs[(b * 8 + j) % 24]) for j in range(8)]
+                       for b in range(max(1, n // 8))]
+            n = len(batches) * 8
+            callers = [threading.Thread(target=lambda mine: [eng.predict("tiny", b) for b in mine],
+                                        args=(batches[k::args.passes],)) for k in range(args.passes)]
+            for t in callers:
+                t.start()
+            for t in callers:
+                t.join()
+        out[str(nq)] = {"p50": statistics.median(lat), "cpu": (time.process_time() - cpu0) * 1000 / n,
+                        "rps": n / (time.perf_counter() - wall0)}
+    print(json.dumps(out))
+    return 0
+
+
+def packing(args: argparse.Namespace) -> int:
+    import torch
+
+    from reference_server.engine import DecisionRequest, LayaEngine, _laya_item
+
+    eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", threads=1)
+    eng.load()
+    torch.set_num_threads(1)  # laya's path runs on this thread
+    count = bench.TokenCounter(CHECKPOINT)
+    print("CPU ms per request, one torch thread: packed passes vs laya's Router.predict_batch")
+    for tokens in args.sizes:
+        states = bench.sized_states(tokens, count)
+        for nq in args.questions:
+            for sets in (1, 8):
+                for n in (8, 16):
+                    requests = [DecisionRequest(states[i], bench.question_set(nq, (i % sets) + 1 if sets > 1 else 0))
+                                for i in range(n)]
+                    items = [_laya_item(r, "tiny") for r in requests]
+                    packed, laya_path = [], []
+                    for _ in range(args.repeats):
+                        cpu0 = time.process_time()
+                        eng.predict("tiny", requests)
+                        packed.append((time.process_time() - cpu0) * 1000 / n)
+                        cpu0 = time.process_time()
+                        eng._router.predict_batch(items)
+                        laya_path.append((time.process_time() - cpu0) * 1000 / n)
+                    a, b = statistics.median(packed), statistics.median(laya_path)
+                    print(f"  {tokens:4d} tokens {nq:2d} questions, {sets} set(s), batch {n:2d}: packed {a:6.2f}, "
+                          f"laya's path {b:6.2f} ({a / b:.2f}x)")
+    eng.close()
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="probe", required=True)
+    s = sub.add_parser("server", help="py-spy the reference server under one cell's load")
+    s.add_argument("--tokens", type=int, default=512)
+    s.add_argument("--questions", type=int, default=4)
+    s.add_argument("--concurrency", type=int, default=1)
+    s.add_argument("--mixed", action="store_true", help="8 question sets, one per request in turn")
+    s.add_argument("--seconds", type=float, default=15.0)
+    s.add_argument("--ref-arg", action="append", default=[], help="extra reference-server argument")
+    r = sub.add_parser("rows", help="forward-pass CPU per row by rows per pass and tokens per row")
+    r.add_argument("--rows", type=bench.csv_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    r.add_argument("--lengths", type=bench.csv_ints, default=[96, 256, 512])
+    t = sub.add_parser("threads", help="in-process predict with 1 and 2 torch threads")
+    t.add_argument("--tokens", type=int, default=512)
+    t.add_argument("--repeats", type=int, default=4)
+    e = sub.add_parser("engine", help="in process: laya's predict against the engine, c=1 and loaded")
+    e.add_argument("--tokens", type=int, default=512)
+    e.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    e.add_argument("--calls", type=int, default=16, help="c=1 calls per side (twice that under load)")
+    e.add_argument("--passes", type=int, default=2)
+    e.add_argument("--mixed", action="store_true")
+    k = sub.add_parser("packing", help="in process: packed passes against laya's Router.predict_batch, CPU")
+    k.add_argument("--sizes", type=bench.csv_ints, default=[64, 512])
+    k.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    k.add_argument("--repeats", type=int, default=3)
+    o = sub.add_parser("_side")  # one side of `engine`, in its own process
+    o.add_argument("side", choices=("laya", "engine"))
+    for action in e._actions[1:]:
+        o._add_action(action)
+    args = p.parse_args()
+    return {"server": server, "rows": rows, "threads": threads, "engine": engine, "packing": packing,
+            "_side": one_side}[args.probe](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""How many forward passes run at once, and on how many torch threads: a budget of cores.
+
+A forward pass of the tiny checkpoint is a few dozen small matrix products. torch's intra-op
+threads meet at a barrier after each one, and OpenMP's waiting threads spin, so on 2 cores
+(measured with ``bench/profile_reference_server.py``):
+
+- two passes side by side on one thread each finish more rows per second than one pass on two
+  threads (no barriers), and a request's rows split into two such passes finish sooner (two
+  512-token rows: 10.8 ms side by side against 12.6 on two threads); a row of fewer than about
+  500 tokens gains nothing from a second thread;
+- a pass on two threads, once anything else wants a core, waits at each barrier for a thread the
+  kernel has descheduled: with other processes on 1 to 1.4 of the 2 cores, 2 threads ran 5 to 20
+  times slower than 1 with libgomp's default spinning, and still 1.4 to 2 times slower with the
+  spinning capped; independent one-thread passes just share what is left.
+
+So ``CorePool`` runs up to ``cores`` passes at once, one thread each, and gives a pass more threads
+only when it is large enough to feed them (``TOKENS_PER_THREAD`` padded tokens per thread) and
+cores are free: a pass's share is ``min(free // passes waiting to start, tokens //
+TOKENS_PER_THREAD)``, at least 1, taken when it starts and given back when it ends; a pass waits
+while no core is free. Never more threads than ``cores`` compute at once. A pass flagged
+``alone`` (a row too long to run beside another, memory-wise) waits for every core and takes
+them all, and the passes behind it wait for it. Shares apply per thread: with torch's OpenMP
+backend, ``torch.set_num_threads`` sets the calling thread's own team size (and MKL's), so each
+worker sets its own before a pass.
+
+The command line caps OpenMP's spinning (``bound_openmp_spinning``) before torch loads, so the
+multi-thread passes (long rows, large machines) do not collapse when the machine is shared.
+
+Heavy imports: torch, inside a pass only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TypeVar
+
+__all__ = ["CorePool", "TOKENS_PER_THREAD", "auto_cores", "bound_openmp_spinning"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Padded tokens of a pass per torch thread it may get. On an otherwise idle 2-core machine
+#: (measured under SCHED_FIFO, so nothing else ran), one 512-token row took 8.4 ms on 2 threads
+#: against 10.8 on 1 (p50), and a 145-token row 3.3 against 3.0: a row at laya's default window
+#: feeds two threads, one of 145 tokens (or two, 290) does not.
+TOKENS_PER_THREAD = 256
+
+#: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000). Measured
+#: with other processes on 1.3 to 1.4 of 2 cores, 512-token rows, 2 threads: 1,000 kept a pass
+#: within 1.4 to 2 times one thread's time, 5,000 and 20,000 were 2 to 4 times slower, the
+#: default 5 to 20 times.
+SPINCOUNT = "1000"
+
+
+def bound_openmp_spinning() -> None:
+    """Cap OpenMP's spin-waiting, unless the operator set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``.
+
+    libgomp reads the variable once, when torch loads it: call this before importing torch.
+    """
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
+
+
+def auto_cores() -> int | None:
+    """The cores the forward passes share when none were asked for; None leaves torch alone.
+
+    ``LAYA_THREADS`` (laya-serve's knob) if set to a positive whole number; None when
+    ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set (the operator decided; torch honours them);
+    otherwise every core this process may run on.
+    """
+    raw = os.environ.get("LAYA_THREADS", "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n > 0:
+            return n
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class CorePool:
+    """Runs forward passes on the caller's thread and up to ``cores`` workers, sharing ``cores``
+    torch threads.
+
+    ``cores=None`` runs up to ``workers`` passes at once and never touches torch's thread count
+    (threads=0, or ``OMP_NUM_THREADS`` set).
+    """
+
+    def __init__(self, cores: int | None, workers: int | None = None) -> None:
+        if cores is not None and cores < 1:
+            raise ValueError("cores must be at least 1")
+        self.cores = cores
+        size = cores if cores is not None else max(1, workers or 1)
+        self.workers = size
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="laya-forward")
+        self._cond = threading.Condition()
+        self._free = cores or 0
+        self._pending = 0        # passes submitted and not started
+        self._running = 0
+        self._waiting_alone = 0  # passes waiting to run by themselves; others queue behind them
+        self._local = threading.local()
+        self.widest = 0          # the most threads one pass was given (for tests and diagnostics)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running, nothing waiting to run, every core free."""
+        with self._cond:
+            return self._pending == 0 and self._running == 0 and self._free == (self.cores or 0)
+
+    def run(self, fn: Callable[[T], R], items: Sequence[T], tokens: Sequence[int] = (),
+            alone: Sequence[bool] = ()) -> list[R]:
+        """``[fn(item) for item in items]``, each on a worker with its share of the cores; in order.
+
+        ``tokens``: each pass's padded tokens (what decides whether it may use more than one
+        thread; none given: one thread each). An item whose ``alone`` flag is true runs by itself
+        on every core. The first exception raised by any ``fn`` is raised here once all have
+        finished.
+        """
+        sizes = list(tokens) + [0] * (len(items) - len(tokens))
+        flags = list(alone) + [False] * (len(items) - len(alone))
+        if not items:
+            return []
+        with self._cond:
+            self._pending += len(items)
+        # The first pass runs on the calling thread: a request alone costs no hand-over.
+        futures = [self._executor.submit(self._one, fn, item, size, flag)
+                   for item, size, flag in zip(items[1:], sizes[1:], flags[1:])]
+        try:
+            first = self._one(fn, items[0], sizes[0], flags[0])
+        finally:
+            wait(futures)  # none still runs when the caller moves on, whatever failed
+        return [first, *(f.result() for f in futures)]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool) -> R:
+        threads = self._take(tokens, alone)
+        try:
+            if threads is not None and getattr(self._local, "threads", None) != threads:
+                import torch
+
+                torch.set_num_threads(threads)  # this thread's own OpenMP team (see the module doc)
+                self._local.threads = threads
+            return fn(item)
+        finally:
+            self._give(threads)
+
+    def _take(self, tokens: int, alone: bool) -> int | None:
+        with self._cond:
+            if alone:
+                self._waiting_alone += 1
+                try:
+                    while self._running or (self.cores is not None and self._free < self.cores):
+                        self._cond.wait()
+                finally:
+                    self._waiting_alone -= 1
+            else:
+                while self._waiting_alone or (self.cores is not None and self._free == 0):
+                    self._cond.wait()
+            # The share: every core alone, else the free ones divided among this pass and those
+            # still waiting to start, and no more than the pass can feed.
+            feedable = max(1, tokens // TOKENS_PER_THREAD)
+            share = self._free if alone else max(1, min(self._free // self._pending, feedable))
+            self._pending -= 1
+            self._running += 1
+            if self.cores is None:
+                return None
+            self._free -= share
+            self.widest = max(self.widest, share)
+            return share
+
+    def _give(self, threads: int | None) -> None:
+        with self._cond:
+            self._running -= 1
+            if threads is not None:
+                self._free += threads
+            self._cond.notify_all()
