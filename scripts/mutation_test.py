@@ -39,8 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "mutants"
-# What the tests read besides the package and tests/ (specs, recordings, the reference server).
-COPIED = ["pytest_laya", "tests", "specs", "cassettes", "reference_server", "examples"]
+# What the tests read besides the package and tests/ (specs, recordings, the reference server, scripts, docs).
+COPIED = ["pytest_laya", "tests", "specs", "cassettes", "reference_server", "examples", "scripts", "docs"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,13 @@ TARGETS: dict[str, Target] = {
     "policy": Target(
         modules=("pytest_laya/client/policy.py",),
         tests=("tests/client",),
+    ),
+    "cassettes": Target(
+        modules=("pytest_laya/cassettes/matching.py", "pytest_laya/cassettes/scrub.py"),
+        tests=("tests/cassettes", "tests/client/test_client_secrets.py", "tests/plugin/test_secrets.py",
+               "tests/plugin/test_vcr_config.py", "tests/plugin/test_record_modes.py",
+               "-k", "not (fresh_reference_and_laya_serve or re_recording_the_reference or what_the_live_server_answers"
+                     " or replayed_refusal_is_the_live_one or parallel_workers or xdist)"),
     ),
 }
 
