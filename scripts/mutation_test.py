@@ -16,8 +16,9 @@ Usage (from the repository root; long, so nice it on a shared machine)::
     nice -n 10 .venv/bin/python scripts/mutation_test.py policy matching
     .venv/bin/python scripts/mutation_test.py --list
 
-``--keep`` reuses a previous run's results (mutmut re-runs only mutants whose code or tests
-changed); without it each target starts from a fresh copy. After a run, survivors are listed
+Without options each target starts from a fresh copy. ``--survivors`` re-runs only the mutants
+the previous run of a target did not kill (after adding tests: a killed mutant stays killed),
+with the tests as they are now. After a run, survivors are listed
 with their diffs in ``mutants/<target>/survivors.txt``; inspect one with
 ``cd mutants/<target> && ../../.venv/bin/mutmut show NAME``.
 
@@ -84,7 +85,7 @@ def pyproject_with(target: Target) -> str:
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist"]',
         # Forked from a server that never imported the tests' threads or sockets.
         'process_isolation = "forkserver"',
-        # Re-run what changed only when asked (--keep); a fresh copy needs no git baseline.
+        # Earlier results are reused only as --survivors asks; mutmut needs no git baseline for that.
         "use_git_change_detection = false",
         "",
     ])
@@ -100,6 +101,13 @@ def prepare(name: str, target: Target, keep: bool) -> Path:
         if not link.exists():
             link.symlink_to(ROOT / entry, target_is_directory=True)
     (workdir / "pyproject.toml").write_text(pyproject_with(target))
+    copy = workdir / "mutants" / "pytest_laya"
+    if copy.is_dir():  # mutmut regenerates a changed target module, but copies the rest only once
+        for source in (ROOT / "pytest_laya").rglob("*.py"):
+            relative = source.relative_to(ROOT)
+            if not any(relative.match(glob) for glob in target.modules):
+                (copy.parent / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, copy.parent / relative)
     return workdir
 
 
@@ -112,11 +120,11 @@ def mutmut(workdir: Path, *args: str, capture: bool = False) -> subprocess.Compl
     )
 
 
-def run_quietly(workdir: Path) -> int:
+def run_quietly(workdir: Path, mutants: list[str]) -> int:
     """`mutmut run` with one worker, its spinner frames cut down to one progress line a minute."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("CI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", "1"], cwd=workdir, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", "1", *mutants], cwd=workdir, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     shown = 0.0
@@ -151,6 +159,11 @@ def module_of(mutant: str) -> str:
     return head.split(".x_", 1)[0]
 
 
+def _cell(code: str) -> str:
+    """A line of code as a markdown table cell."""
+    return "`" + code.replace("|", "\\|").replace("`", "'") + "`"
+
+
 def report(name: str, workdir: Path, seconds: float) -> list[tuple[str, int, int, dict[str, int]]]:
     by_module: dict[str, dict[str, int]] = {}
     survivors = []
@@ -160,10 +173,14 @@ def report(name: str, workdir: Path, seconds: float) -> list[tuple[str, int, int
         by_module[module][status] = by_module[module].get(status, 0) + 1
         if status != "killed":
             survivors.append((mutant, status))
-    with open(workdir / "survivors.txt", "w") as out:
+    with open(workdir / "survivors.txt", "w") as out, open(workdir / "survivors.md", "w") as table:
+        table.write("| mutant | status | line | mutated |\n|---|---|---|---|\n")
         for mutant, status in survivors:
             shown = mutmut(workdir, "show", mutant, capture=True).stdout
             out.write(f"## {mutant}: {status}\n{shown}\n")
+            changed = [line[1:].strip() for line in shown.splitlines() if line[:1] in "-+" and line[:3] not in ("---", "+++")]
+            was, now = (changed + ["", ""])[:2]
+            table.write(f"| {mutant.rsplit('.', 1)[-1]} | {status} | {_cell(was)} | {_cell(now)} |\n")
     rows = []
     print(f"\n{name}: {seconds / 60:.1f} min")
     for module, counts in sorted(by_module.items()):
@@ -172,7 +189,7 @@ def report(name: str, workdir: Path, seconds: float) -> list[tuple[str, int, int
         rows.append((module, killed, total, counts))
         others = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "killed")
         print(f"  {module}: {killed}/{total} killed ({100 * killed / total:.1f}%)" + (f"; {others}" if others else ""))
-    print(f"  survivors and their diffs: {workdir.relative_to(ROOT)}/survivors.txt")
+    print(f"  survivors and their diffs: {workdir.relative_to(ROOT)}/survivors.txt (a table: survivors.md)")
     return rows
 
 
@@ -180,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="*", metavar="TARGET", help="targets to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the targets, their modules and tests")
-    parser.add_argument("--keep", action="store_true", help="reuse the previous run's results")
+    parser.add_argument("--survivors", action="store_true",
+                        help="re-run only the mutants the previous run of each target did not kill")
     args = parser.parse_args(argv)
     if args.list:
         for name, target in TARGETS.items():
@@ -191,9 +209,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown target(s) {', '.join(unknown)}; --list shows the targets")
     failed = False
     for name in args.targets or list(TARGETS):
-        workdir = prepare(name, TARGETS[name], args.keep)
+        workdir = SCRATCH / name
+        mutants: list[str] = []
+        if args.survivors:
+            if not (workdir / "mutants").is_dir():
+                parser.error(f"--survivors: {name} has no previous run in {workdir.relative_to(ROOT)}")
+            mutants = [m for m, status in results(workdir).items() if status != "killed"]
+            if not mutants:
+                print(f"{name}: no survivors to re-run")
+                report(name, workdir, 0.0)
+                continue
+        workdir = prepare(name, TARGETS[name], keep=args.survivors)
         started = time.monotonic()
-        code = run_quietly(workdir)
+        code = run_quietly(workdir, mutants)
         if code != 0:
             print(f"{name}: mutmut run failed (exit {code}); see its output above", file=sys.stderr)
             failed = True
