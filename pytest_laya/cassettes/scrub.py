@@ -108,19 +108,29 @@ class Scrubber:
         self._filtered_headers = {name.lower(): replacement for name, replacement in self.config.filter_headers}
         self._filtered_query = dict(self.config.filter_query_parameters)
         self._filtered_post = dict(self.config.filter_post_data_parameters)
+        # What the filters put in place of a value. An interaction is scrubbed more than once (when
+        # recorded, loaded, matched): a value already replaced is not a secret to learn, or the
+        # project's own replacement would become <redacted> on the next pass.
+        self._placed = {str(replacement) for _, replacement in (*self._filtered_headers.items(),
+                                                                 *self._filtered_query.items(),
+                                                                 *self._filtered_post.items())
+                        if replacement is not None and not callable(replacement)}
         plain = api_key.reveal() if hasattr(api_key, "reveal") else api_key
         if plain:
             self._secrets.add(plain)
 
     def keep_secret(self, value: str) -> None:
         """Scrub `value` from everything from now on (a filtered header, query or body value)."""
-        if isinstance(value, str) and len(value) >= LEARNED_SECRET_MIN and value != REDACTED:
+        if (isinstance(value, str) and len(value) >= LEARNED_SECRET_MIN and value != REDACTED
+                and value not in self._placed):
             self._secrets.add(value)
 
-    @staticmethod
-    def _replacement(replacement: Any, key: str, value: Any, request: Any) -> Any:
+    def _replacement(self, replacement: Any, key: str, value: Any, request: Any) -> Any:
         """vcrpy's rule: None drops the value, a callable computes it, anything else replaces it."""
-        return replacement(key, value, request) if callable(replacement) else replacement
+        replaced = replacement(key, value, request) if callable(replacement) else replacement
+        if replaced is not None:
+            self._placed.add(str(replaced))
+        return replaced
 
     def _forms(self) -> list[str]:
         """Every spelling of every secret: raw, percent-encoded, JSON-escaped; longest first."""
@@ -193,8 +203,8 @@ class Scrubber:
     def _redact_authorization(self, value: str) -> str:
         scheme, _, credentials = value.strip().partition(" ")
         credentials = credentials.strip()
-        if self._learn:
-            self.keep_secret(credentials)
+        if self._learn:  # a value with no scheme is all credential
+            self.keep_secret(credentials or scheme)
         return f"{scheme} {REDACTED}" if credentials else REDACTED
 
     def _post_data(self, body: bytes, content_type: str, request: Any) -> bytes:
