@@ -2,8 +2,8 @@
 
 ``MicroBatcher.submit`` queues one request per caller. A single dispatcher task collects, per
 model, the requests that arrive within ``window_ms`` of the first one waiting and hands them to
-``Engine.predict`` as one call on a worker thread, so the event loop keeps answering (``/livez``
-in milliseconds) while torch computes. At most ``passes`` batches run at once, each on its own
+``Engine.predict`` as one call on a worker thread, so the event loop keeps answering while torch
+computes (between the GIL's switches: laya's Python steps hold it). At most ``passes`` batches run at once, each on its own
 thread; everything that arrives while they run waits for the next free one, so under load
 batches fill up on their own and the window only costs latency when the server is idle.
 

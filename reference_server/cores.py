@@ -5,13 +5,14 @@ threads meet at a barrier after each one, and OpenMP's waiting threads spin, so 
 (measured with ``bench/profile_reference_server.py``):
 
 - two passes side by side on one thread each finish more rows per second than one pass on two
-  threads (no barriers), and a request's rows split into two such passes finish sooner (two
-  512-token rows: 10.8 ms side by side against 12.6 on two threads); a row of fewer than about
-  500 tokens gains nothing from a second thread;
+  threads (no barriers), and a request's rows split into two such passes finish sooner; a row of
+  fewer than about 500 tokens gains nothing from a second thread;
 - a pass on two threads, once anything else wants a core, waits at each barrier for a thread the
-  kernel has descheduled: with other processes on 1 to 1.4 of the 2 cores, 2 threads ran 5 to 20
-  times slower than 1 with libgomp's default spinning, and still 1.4 to 2 times slower with the
-  spinning capped; independent one-thread passes just share what is left.
+  kernel has descheduled: with other processes busy, 2 threads ran several times slower than 1
+  with libgomp's default spinning, and still slower with the spinning capped; independent
+  one-thread passes just share what is left.
+
+The figures are in docs/benchmarks.md ("The fix"), with the commands.
 
 So ``CorePool`` runs up to ``cores`` passes at once, one thread each, and gives a pass more threads
 only when it is large enough to feed them (``TOKENS_PER_THREAD`` padded tokens per thread) and
@@ -42,16 +43,13 @@ __all__ = ["CorePool", "TOKENS_PER_THREAD", "auto_cores", "bound_openmp_spinning
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Padded tokens of a pass per torch thread it may get. On an otherwise idle 2-core machine
-#: (measured under SCHED_FIFO, so nothing else ran), one 512-token row took 8.4 ms on 2 threads
-#: against 10.8 on 1 (p50), and a 145-token row 3.3 against 3.0: a row at laya's default window
-#: feeds two threads, one of 145 tokens (or two, 290) does not.
+#: Padded tokens of a pass per torch thread it may get: a row at laya's default window (512)
+#: feeds two threads, one of 145 tokens (or two, 290) does not (docs/benchmarks.md, "The fix").
 TOKENS_PER_THREAD = 256
 
-#: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000). Measured
-#: with other processes on 1.3 to 1.4 of 2 cores, 512-token rows, 2 threads: 1,000 kept a pass
-#: within 1.4 to 2 times one thread's time, 5,000 and 20,000 were 2 to 4 times slower, the
-#: default 5 to 20 times.
+#: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000): the least
+#: of those measured that keeps a two-thread pass near one thread's time on a busy machine
+#: (docs/benchmarks.md, "The fix").
 SPINCOUNT = "1000"
 
 

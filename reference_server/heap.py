@@ -3,15 +3,14 @@
 A large request allocates hundreds of MB that Python, the tokenizer and torch free as soon as
 it is answered (a million-character `instructions` tokenizes to 500,000 tokens first), but
 glibc's malloc keeps what is freed. Three things get it back, each measured with
-`bench/load_reference_server.py` (RSS 17-50% above idle without them, 2-5% with all):
+`bench/load_reference_server.py` (docs/reliability.md and docs/benchmarks.md have the figures):
 
 - `cap_malloc_arenas`: glibc gives each thread that allocates under contention its own arena
   (up to 8 per core), and a worker thread's arena keeps tens of MiB that `malloc_trim` cannot
-  always return. The server's threads (loop, parse, inference passes) share one instead: with
-  two inference passes, two arenas raised peak RSS by 10 MiB against one, at the same throughput.
+  always return. The server's threads (loop, parse, inference passes) share one instead: two
+  arenas raised peak RSS against one, at the same throughput.
 - `freeze_loaded_objects`: laya leaves about 350,000 long-lived objects; moving them out of the
-  collector's view makes a full collection cheap (188 ms -> about 1 ms), so the idle release
-  can afford one.
+  collector's view makes a full collection cheap, so the idle release can afford one.
 - `release_free_heap`: a collection (413-refused bodies stay alive in exception/traceback
   cycles until one runs) and then `malloc_trim(0)`.
 

@@ -18,9 +18,9 @@ does the same steps over the rows of a whole batch:
 4. decode each request from its rows and count its ``usage`` as ``Agent.predict_batch`` does.
 
 Why a cap on tokens per pass: on one core, the forward pass costs least per row at about 2,000
-tokens a pass (4 rows of 512 tokens, 8 to 16 of 100-250); at 64 rows of 512 tokens each row cost
-1.3x as much and the pass held hundreds of MB (the masks are rows x tokens x tokens). Sorting
-keeps padding small when lengths differ.
+tokens a pass (4 rows of 512 tokens, 8 to 16 of 100-250); much larger passes cost more per row
+and hold far more memory (the masks are rows x tokens x tokens; figures in docs/benchmarks.md,
+"The fix"). Sorting keeps padding small when lengths differ.
 
 This uses laya's private methods, which ``Agent.predict_batch`` is made of; laya is pinned
 (0.4.15), and ``LayaEngine.load`` checks this path against laya's own ``Router.predict_batch`` on

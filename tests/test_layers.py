@@ -172,6 +172,29 @@ def test_only_the_reference_server_fixture_imports_the_reference_server():
     assert top_level == [], "the reference server must be imported lazily, inside the fixture"
 
 
+def _private_names_imported(path: Path, module: str) -> list[str]:
+    """`from X import _name` where X is another module of the kit or the reference server."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = node.module or ""
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            source = ".".join([*base, source] if source else base)
+        if source.split(".")[0] not in ("pytest_laya", "reference_server") or source == module:
+            continue
+        found += [f"{module}:{node.lineno} takes {alias.name} from {source}" for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_takes_another_modules_private_names():
+    taken = [line for name, path in {**KIT, **SERVER}.items() for line in _private_names_imported(path, name)]
+    assert taken == [], "a name used by another module is part of its API: drop the underscore\n" + "\n".join(taken)
+
+
 @pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for p in KIT.values()))
 def test_no_module_is_over_500_lines_unless_it_holds_one_idea(path):
     lines = len((ROOT / path).read_text(encoding="utf-8").splitlines())

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour, target_flavour
-from pytest_laya.fake.pins import _SUM_TOLERANCE as _PIN_SUM_TOLERANCE
+from pytest_laya.fake.pins import SUM_TOLERANCE as PIN_SUM_TOLERANCE
 from pytest_laya.fake.pins import (
     PINNED_PROBABILITY,
     Pin,
@@ -24,24 +24,24 @@ from pytest_laya.fake.pins import (
     StateMatcher,
 )
 from pytest_laya.fake.scoring import (
-    _NOUL_LOW,
-    _NOUL_SPAN,
+    NOUL_LOW,
+    NOUL_SPAN,
     TEMPERATURE,
     TOKENS_PER_QUESTION,
-    _act_probability,
-    _canonical,
-    _certainty,
-    _distribution,
-    _json_key,
-    _margin,
-    _noul_texts,
-    _options,
-    _question_key,
-    _rounded,
-    _unit,
-    _value_key,
+    act_probability_of,
+    canonical_json,
+    certainty,
     count_tokens,
+    hash_unit,
+    json_key,
+    noul_texts,
+    option_texts,
+    question_key,
     rank,
+    rounded_to_sum_one,
+    softmax_distribution,
+    top_margin,
+    value_key,
 )
 from pytest_laya.faults import ReceivedRequest
 from pytest_laya.wire.calls import Call, Calls
@@ -126,19 +126,19 @@ class FakeLaya:
         rule.
         """
         instructions = question.get("instructions")
-        return {key: _unit([state, instructions, key, text]) for key, text in _options(question)}
+        return {key: hash_unit([state, instructions, key, text]) for key, text in option_texts(question)}
 
     def noul_probability(self, state: Any, question: Mapping[str, Any]) -> float:
         """P(true) of a noul question, in [0.0201, 0.9799]: a hash of state, instructions and the true/false texts."""
-        u = _unit([state, question.get("instructions"), _noul_texts(question)])
-        return round(_NOUL_LOW + _NOUL_SPAN * u, 4)
+        u = hash_unit([state, question.get("instructions"), noul_texts(question)])
+        return round(NOUL_LOW + NOUL_SPAN * u, 4)
 
     def answer_question(self, state: Any, question: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to one valid question, in the fake's flavor."""
         if question.get("type") == "noul":
             return self._noul_answer(self.noul_probability(state, question))
         scores = self.option_scores(state, question)
-        order, exact, sent = _distribution(scores)
+        order, exact, sent = softmax_distribution(scores)
         return self._option_answer(question, list(scores), order, exact, sent)
 
     def _noul_answer(self, p: float) -> dict[str, Any]:
@@ -146,7 +146,7 @@ class FakeLaya:
         answer: dict[str, Any] = {"type": "noul", "noul": p, "confidence": confidence}
         if self.flavor == LAYA_SERVE:
             answer["answer_confidence"] = confidence
-            answer["action"] = {"act_probability": _act_probability(confidence)}
+            answer["action"] = {"act_probability": act_probability_of(confidence)}
         return answer
 
     def _option_answer(self, question: Mapping[str, Any], keys: list[str], order: list[str],
@@ -162,18 +162,18 @@ class FakeLaya:
                 # true) while keying probabilities "8", "true"; the target sends the key.
                 labels: dict[str, Any] = {}
                 for label in criteria:
-                    labels.setdefault(_json_key(label), label)
+                    labels.setdefault(json_key(label), label)
                 answer["choice"] = labels[order[0]]
         else:
             expected = round(math.fsum(int(key) * p for key, p in probabilities.items()), 4)
-            legend = {str(i): level if isinstance(level, str) else _canonical(level)
+            legend = {str(i): level if isinstance(level, str) else canonical_json(level)
                       for i, level in enumerate(question.get("criteria") or [])}
             answer = {"type": "score", "score": expected, "legend": legend, "probabilities": probabilities}
-        answer["confidence"] = _margin(order, exact)
+        answer["confidence"] = top_margin(order, exact)
         if laya_serve:
             answer["answer_confidence"] = sent[order[0]]
-            answer["action"] = {"act_probability": _act_probability(exact[order[0]])}
-            answer["x_jev_confidence"] = _certainty(order, exact)
+            answer["action"] = {"act_probability": act_probability_of(exact[order[0]])}
+            answer["x_jev_confidence"] = certainty(order, exact)
         return answer
 
     def pinned_answer(self, qid: str, question: Mapping[str, Any], value: Any) -> dict[str, Any]:
@@ -190,8 +190,8 @@ class FakeLaya:
                 return self._noul_answer(round(float(value), 4))
             raise PinError(f"question {qid!r} is a noul question: pin it with P(true), a number in [0, 1] "
                            f"(e.g. 0.91), not {value!r}", question=qid)
-        keys = [key for key, _ in _options(question)]
-        shown = keys if qtype == "choice" else [f"{key} {text!r}" for key, text in _options(question)]
+        keys = [key for key, _ in option_texts(question)]
+        shown = keys if qtype == "choice" else [f"{key} {text!r}" for key, text in option_texts(question)]
         what = "options" if qtype == "choice" else "levels"
         if isinstance(value, Mapping):
             given = {self._pinned_key(qid, qtype, key, keys, shown): p for key, p in value.items()}
@@ -199,12 +199,12 @@ class FakeLaya:
             given = {self._pinned_key(qid, qtype, value, keys, shown): PINNED_PROBABILITY if len(keys) > 1 else 1.0}
         rest = [key for key in keys if key not in given]
         left = 1.0 - math.fsum(given.values())
-        if not rest and abs(left) > _PIN_SUM_TOLERANCE:
+        if not rest and abs(left) > PIN_SUM_TOLERANCE:
             raise PinError(f"pinned distribution for {qid!r} names every one of its {what} and sums to "
                            f"{1.0 - left:.6g}, not 1", question=qid)
         exact = {key: given.get(key, max(left, 0.0) / len(rest) if rest else 0.0) for key in keys}
         order = rank(exact)
-        return self._option_answer(question, keys, order, exact, _rounded(order, exact))
+        return self._option_answer(question, keys, order, exact, rounded_to_sum_one(order, exact))
 
     @staticmethod
     def _pinned_key(qid: str, qtype: Any, value: Any, keys: list[str], shown: list[str]) -> str:
@@ -214,7 +214,7 @@ class FakeLaya:
                 raise PinError(f"question {qid!r} is a score question with levels 0..{len(keys) - 1} "
                                f"({', '.join(shown)}): pin a level in that range, not {value!r}", question=qid)
             return str(level)
-        key = value if isinstance(value, str) else _json_key(value)
+        key = value if isinstance(value, str) else json_key(value)
         if key not in keys:
             raise PinError(f"question {qid!r}: {value!r} is not among its options {keys}", question=qid)
         return key
@@ -224,16 +224,16 @@ class FakeLaya:
         tokens = TOKENS_PER_QUESTION + count_tokens(question.get("instructions"))
         qtype = question.get("type")
         if qtype == "noul":
-            return tokens + sum(count_tokens(t) for t in _noul_texts(question).values())
+            return tokens + sum(count_tokens(t) for t in noul_texts(question).values())
         if qtype == "score":
-            return tokens + sum(count_tokens(level) for _, level in _options(question))
-        return tokens + sum(count_tokens(key) + count_tokens(text) for key, text in _options(question))
+            return tokens + sum(count_tokens(level) for _, level in option_texts(question))
+        return tokens + sum(count_tokens(key) + count_tokens(text) for key, text in option_texts(question))
 
     def usage(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
               _keys: Mapping[str, str] | None = None) -> dict[str, Any]:
         """`usage` for one state: tokens of the state and of every question; nothing is ever cut."""
         state_tokens = count_tokens(state)
-        keys = _keys if _keys is not None else {qid: _question_key(q) for qid, q in questions.items()}
+        keys = _keys if _keys is not None else {qid: question_key(q) for qid, q in questions.items()}
         input_tokens = state_tokens + sum(self._memo(("tokens", keys[qid]), functools.partial(self.question_tokens, q))
                                           for qid, q in questions.items())
         if self.flavor == LAYA_SERVE:
@@ -243,7 +243,7 @@ class FakeLaya:
 
     def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(answers in question order, usage) for already valid questions, pins applied."""
-        keys = {qid: _question_key(q) for qid, q in questions.items()}
+        keys = {qid: question_key(q) for qid, q in questions.items()}
         if not self._pins.active:
             answers = {qid: self.answer_question(state, q) for qid, q in questions.items()}
             return answers, self.usage(state, questions, keys)
@@ -254,7 +254,7 @@ class FakeLaya:
                 pin, value = plan[qid]
                 try:
                     # A pinned answer depends on the question and the value only: computed once.
-                    answer = self._memo(("pinned", qid, keys[qid], _value_key(value)),
+                    answer = self._memo(("pinned", qid, keys[qid], value_key(value)),
                                         functools.partial(self.pinned_answer, qid, q, value))
                 except PinError as exc:
                     raise PinError(f"{pin!r}: {exc.summary}", question=qid, pin=pin) from None

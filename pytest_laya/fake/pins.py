@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Union
 
+from pytest_laya.fake.scoring import canonical_json
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.errors import LayaConfigError
 
@@ -45,7 +46,7 @@ __all__ = [
 #: equally (a single option gets 1).
 PINNED_PROBABILITY = 0.9
 # A pinned distribution that names every option must sum to 1 within this.
-_SUM_TOLERANCE = 1e-6
+SUM_TOLERANCE = 1e-6
 
 StateMatcher = Union[str, "re.Pattern[str]", Callable[[Any], Any], None]  # noqa: UP007 - a string member
 QuestionsMatcher = Collection[str] | Callable[[Mapping[str, Any]], Any] | None
@@ -102,7 +103,7 @@ def _check_value(qid: str, value: Any) -> Any:
                                f"[0, 1]", question=qid)
             out[str(key)] = float(p)
         total = math.fsum(out.values())
-        if total > 1.0 + _SUM_TOLERANCE:
+        if total > 1.0 + SUM_TOLERANCE:
             raise PinError(f"pinned distribution for {qid!r} sums to {total:.6g}, more than 1", question=qid)
         return out
     raise PinError(f"pinned answer for {qid!r} is a {_kind_of(value)} ({value!r}); {_VALUE_HELP}", question=qid)
@@ -221,7 +222,7 @@ class Pin:
             return True
         if callable(self.state) and not isinstance(self.state, re.Pattern):
             return bool(self._call(self.state, state, "state"))
-        text = state if isinstance(state, str) else _canonical(state)
+        text = state if isinstance(state, str) else canonical_json(state)
         if isinstance(self.state, re.Pattern):
             return self.state.search(text) is not None
         return self.state in text
@@ -247,12 +248,6 @@ class Pin:
             return False
         self._unused_reported = True
         return True
-
-
-def _canonical(value: Any) -> str:
-    from pytest_laya.fake.scoring import _canonical as canonical
-
-    return canonical(value)
 
 
 class PinBoard:

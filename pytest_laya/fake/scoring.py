@@ -30,11 +30,11 @@ TEMPERATURE = 0.25
 _UNITS = 10_000
 
 
-#: P(true) of a noul question lies in [_NOUL_LOW, _NOUL_LOW + _NOUL_SPAN) = [0.0201, 0.9799).
-_NOUL_LOW = 0.0201
+#: P(true) of a noul question lies in [NOUL_LOW, NOUL_LOW + NOUL_SPAN) = [0.0201, 0.9799).
+NOUL_LOW = 0.0201
 
 
-_NOUL_SPAN = 0.9598
+NOUL_SPAN = 0.9598
 
 
 #: Tokens added per question to its text's count (laya frames each question with markers).
@@ -44,26 +44,26 @@ TOKENS_PER_QUESTION = 4
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
-def _canonical(value: Any) -> str:
+def canonical_json(value: Any) -> str:
     """The canonical JSON text the hash reads: sorted keys, no spaces, UTF-8 as is."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _unit(parts: list[Any]) -> float:
+def hash_unit(parts: list[Any]) -> float:
     """A number in [0, 1) that depends on `parts` only: blake2b-64 of their canonical JSON / 2**64."""
-    data = _canonical(parts).encode("utf-8", "surrogatepass")
+    data = canonical_json(parts).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") / 2.0**64
 
 
 _KEY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _question_key(question: Mapping[str, Any]) -> str:
+def question_key(question: Mapping[str, Any]) -> str:
     """One question's JSON as sent (key order kept): what its tokens and pinned answers depend on."""
     return _KEY_ENCODER.encode(question)
 
 
-def _value_key(value: Any) -> Any:
+def value_key(value: Any) -> Any:
     return ("map", json.dumps(value, sort_keys=True, default=str)) if isinstance(value, Mapping) else (type(value), value)
 
 
@@ -75,29 +75,29 @@ def count_tokens(value: Any) -> int:
     """
     if value is None:
         return 0
-    text = value if isinstance(value, str) else _canonical(value)
+    text = value if isinstance(value, str) else canonical_json(value)
     return len(_TOKEN.findall(text))
 
 
-def _json_key(label: Any) -> str:
+def json_key(label: Any) -> str:
     # How a list label becomes an answer key: JSON's own spelling (True -> "true", 1.0 -> "1.0").
     return label if isinstance(label, str) else next(iter(json.loads(json.dumps({label: 0}))))
 
 
-def _options(question: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def option_texts(question: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(key, description) of each option of a valid choice or score question, in request order."""
     criteria = question.get("criteria") or ()
     if question.get("type") == "score":
         return [(str(i), level) for i, level in enumerate(criteria)]
     if isinstance(criteria, Mapping):
-        return [(_json_key(k), v) for k, v in criteria.items()]
+        return [(json_key(k), v) for k, v in criteria.items()]
     seen: dict[str, None] = {}
     for label in criteria:
-        seen.setdefault(_json_key(label), None)
+        seen.setdefault(json_key(label), None)
     return [(key, None) for key in seen]
 
 
-def _noul_texts(question: Mapping[str, Any]) -> dict[str, Any]:
+def noul_texts(question: Mapping[str, Any]) -> dict[str, Any]:
     criteria = question.get("criteria")
     lowered = {str(k).lower(): v for k, v in criteria.items()} if isinstance(criteria, Mapping) else {}
     return {"true": lowered.get("true"), "false": lowered.get("false")}
@@ -108,17 +108,17 @@ def rank(scores: Mapping[str, float]) -> list[str]:
     return sorted(scores, key=lambda key: (-scores[key], key))
 
 
-def _distribution(scores: Mapping[str, float]) -> tuple[list[str], dict[str, float], dict[str, float]]:
+def softmax_distribution(scores: Mapping[str, float]) -> tuple[list[str], dict[str, float], dict[str, float]]:
     """(ranked keys, exact softmax probabilities, probabilities rounded to 4 decimals summing to 1)."""
     order = rank(scores)
     top = scores[order[0]]
     weights = {key: math.exp((scores[key] - top) / TEMPERATURE) for key in order}
     total = math.fsum(weights.values())
     exact = {key: weights[key] / total for key in order}
-    return order, exact, _rounded(order, exact)
+    return order, exact, rounded_to_sum_one(order, exact)
 
 
-def _rounded(order: list[str], exact: Mapping[str, float]) -> dict[str, float]:
+def rounded_to_sum_one(order: list[str], exact: Mapping[str, float]) -> dict[str, float]:
     """`exact` (keys ranked by `order`) rounded to 4 decimals that sum to exactly 1."""
     # Largest remainder: floor every share to 1e-4 units, then hand the units left over to the
     # largest remainders (ties in rank order). The sum is exactly 1 and the order never inverts.
@@ -137,14 +137,14 @@ def _rounded(order: list[str], exact: Mapping[str, float]) -> dict[str, float]:
     return {key: units[key] / _UNITS for key in order}
 
 
-def _margin(order: list[str], exact: Mapping[str, float]) -> float:
+def top_margin(order: list[str], exact: Mapping[str, float]) -> float:
     """Top probability minus the second one (1.0 for a single option)."""
     if len(order) < 2:
         return 1.0
     return round(min(1.0, max(0.0, exact[order[0]] - exact[order[1]])), 4)
 
 
-def _certainty(order: list[str], exact: Mapping[str, float]) -> float:
+def certainty(order: list[str], exact: Mapping[str, float]) -> float:
     """1 - normalised entropy: 0 for a uniform answer, 1 for a certain one (laya-serve's x_jev_confidence)."""
     if len(order) < 2:
         return 1.0
@@ -152,5 +152,5 @@ def _certainty(order: list[str], exact: Mapping[str, float]) -> float:
     return round(min(1.0, max(0.0, 1.0 - entropy / math.log(len(order)))), 4)
 
 
-def _act_probability(top: float) -> float:
+def act_probability_of(top: float) -> float:
     return round(0.5 + 0.5 * top, 4)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _MAX_LINE = 64 * 1024
 _MAX_HEADERS = 200
-_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 @dataclass(frozen=True)
@@ -50,15 +50,15 @@ class ReceivedRequest:
         return json.loads(self.body)
 
 
-def _tokens(value: str) -> set[str]:
+def header_tokens(value: str) -> set[str]:
     return {t.strip().lower() for t in value.split(",") if t.strip()}
 
 
-class _ConnectionDone(Exception):
+class ConnectionDone(Exception):
     """Internal: stop serving this connection (peer gone, timeout, server stopping)."""
 
 
-class _BadRequest(Exception):
+class BadRequest(Exception):
     """Internal: the bytes on the wire are not a request this server can parse."""
 
     def __init__(self, message: str, status: int = 400) -> None:
@@ -66,7 +66,7 @@ class _BadRequest(Exception):
         self.status = status
 
 
-class _Conn:
+class RawConnection:
     """One accepted connection. Only its own thread closes the socket (others shut it down)."""
 
     __slots__ = ("sock", "id", "busy", "closing", "thread", "_closed")
@@ -117,15 +117,15 @@ class _Conn:
 
 
 @dataclass
-class _Parsed:
+class ParsedRequest:
     request: ReceivedRequest
     keep_alive: bool
 
 
-class _Reader:
+class RequestReader:
     """Buffered request parser over one connection's socket (bounded waits only)."""
 
-    def __init__(self, server: ScriptedServer, conn: _Conn) -> None:
+    def __init__(self, server: ScriptedServer, conn: RawConnection) -> None:
         self._server = server
         self._conn = conn
         self._buf = bytearray()
@@ -135,15 +135,15 @@ class _Reader:
         """Read more bytes into the buffer; False at end of stream."""
         while True:
             if self._server._stopping.is_set():
-                raise _ConnectionDone
+                raise ConnectionDone
             try:
                 data = self._conn.sock.recv(65536)
             except TimeoutError:
                 if time.monotonic() > self._deadline:
-                    raise _ConnectionDone from None
+                    raise ConnectionDone from None
                 continue
             except OSError:
-                raise _ConnectionDone from None
+                raise ConnectionDone from None
             if not data:
                 return False
             self._buf += data
@@ -157,19 +157,19 @@ class _Reader:
                 del self._buf[: end + 1]
                 return line.rstrip(b"\r\n")
             if len(self._buf) > _MAX_LINE:
-                raise _BadRequest("line too long", 431)
+                raise BadRequest("line too long", 431)
             if not self._fill():
-                raise _ConnectionDone  # peer went away mid-request
+                raise ConnectionDone  # peer went away mid-request
 
     def _exact(self, size: int) -> bytes:
         while len(self._buf) < size:
             if not self._fill():
-                raise _ConnectionDone
+                raise ConnectionDone
         data = bytes(self._buf[:size])
         del self._buf[:size]
         return data
 
-    def read_request(self) -> _Parsed | None:
+    def read_request(self) -> ParsedRequest | None:
         """The next request, or None when the client closed an idle connection."""
         self._deadline = time.monotonic() + self._server.idle_timeout_s
         while True:
@@ -183,7 +183,7 @@ class _Reader:
             try:
                 if not self._fill():
                     return None
-            except _ConnectionDone:
+            except ConnectionDone:
                 return None
         self._conn.busy = True
         self._deadline = time.monotonic() + self._server.request_timeout_s
@@ -191,18 +191,18 @@ class _Reader:
         request_line = self._line()
         parts = request_line.split(b" ")
         if len(parts) != 3:
-            raise _BadRequest(f"malformed request line {request_line[:200]!r}")
+            raise BadRequest(f"malformed request line {request_line[:200]!r}")
         raw_method, raw_target, raw_version = parts
         try:
             method = raw_method.decode("ascii")
             target = raw_target.decode("ascii")
             version = raw_version.decode("ascii")
         except UnicodeDecodeError:
-            raise _BadRequest("non-ASCII request line") from None
-        if not method or not set(method) <= _TOKEN_CHARS or not target:
-            raise _BadRequest(f"malformed request line {request_line[:200]!r}")
+            raise BadRequest("non-ASCII request line") from None
+        if not method or not set(method) <= TOKEN_CHARS or not target:
+            raise BadRequest(f"malformed request line {request_line[:200]!r}")
         if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise _BadRequest(f"unsupported HTTP version {version!r}", 505)
+            raise BadRequest(f"unsupported HTTP version {version!r}", 505)
 
         headers: dict[str, str] = {}
         count = 0
@@ -212,18 +212,18 @@ class _Reader:
                 break
             count += 1
             if count > _MAX_HEADERS:
-                raise _BadRequest("too many headers", 431)
+                raise BadRequest("too many headers", 431)
             if line[:1] in (b" ", b"\t"):
-                raise _BadRequest("obsolete header line folding")
+                raise BadRequest("obsolete header line folding")
             name, sep, value = line.partition(b":")
             text_name = name.decode("latin-1")
-            if not sep or not text_name or not set(text_name) <= _TOKEN_CHARS:
-                raise _BadRequest(f"malformed header line {line[:200]!r}")
+            if not sep or not text_name or not set(text_name) <= TOKEN_CHARS:
+                raise BadRequest(f"malformed header line {line[:200]!r}")
             key = text_name.lower()
             text_value = value.decode("latin-1").strip(" \t")
             headers[key] = f"{headers[key]}, {text_value}" if key in headers else text_value
 
-        connection = _tokens(headers.get("connection", ""))
+        connection = header_tokens(headers.get("connection", ""))
         if version == "HTTP/1.0":
             keep_alive = "keep-alive" in connection
         else:
@@ -238,10 +238,10 @@ class _Reader:
             http_version=version,
             connection_id=self._conn.id,
         )
-        return _Parsed(request=request, keep_alive=keep_alive)
+        return ParsedRequest(request=request, keep_alive=keep_alive)
 
     def _continue(self, headers: Mapping[str, str], version: str) -> None:
-        if version == "HTTP/1.1" and "100-continue" in _tokens(headers.get("expect", "")):
+        if version == "HTTP/1.1" and "100-continue" in header_tokens(headers.get("expect", "")):
             self._server._send(self._conn, b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _read_body(self, headers: Mapping[str, str], version: str) -> bytes:
@@ -249,18 +249,18 @@ class _Reader:
         if "transfer-encoding" in headers:
             codings = [t.strip().lower() for t in headers["transfer-encoding"].split(",") if t.strip()]
             if not codings or codings[-1] != "chunked":
-                raise _BadRequest("request Transfer-Encoding must end with chunked", 501)
+                raise BadRequest("request Transfer-Encoding must end with chunked", 501)
             if codings != ["chunked"]:
-                raise _BadRequest(f"unsupported Transfer-Encoding {headers['transfer-encoding']!r}", 501)
+                raise BadRequest(f"unsupported Transfer-Encoding {headers['transfer-encoding']!r}", 501)
             self._continue(headers, version)
             return self._read_chunked(limit)
         if "content-length" in headers:
             values = {v.strip() for v in headers["content-length"].split(",")}
             if len(values) != 1 or not next(iter(values)).isdigit():
-                raise _BadRequest(f"invalid Content-Length {headers['content-length']!r}")
+                raise BadRequest(f"invalid Content-Length {headers['content-length']!r}")
             size = int(next(iter(values)))
             if size > limit:
-                raise _BadRequest(f"body of {size} bytes is over the {limit} byte limit", 413)
+                raise BadRequest(f"body of {size} bytes is over the {limit} byte limit", 413)
             if size:
                 self._continue(headers, version)
             return self._exact(size)
@@ -275,14 +275,14 @@ class _Reader:
                     raise ValueError
                 size = int(size_text, 16)
             except (ValueError, UnicodeDecodeError):
-                raise _BadRequest(f"invalid chunk size {size_text[:50]!r}") from None
+                raise BadRequest(f"invalid chunk size {size_text[:50]!r}") from None
             if size == 0:
                 for _ in range(_MAX_HEADERS + 1):  # trailer section, ignored
                     if not self._line():
                         return bytes(body)
-                raise _BadRequest("too many trailer lines", 431)
+                raise BadRequest("too many trailer lines", 431)
             if len(body) + size > limit:
-                raise _BadRequest(f"chunked body is over the {limit} byte limit", 413)
+                raise BadRequest(f"chunked body is over the {limit} byte limit", 413)
             body += self._exact(size)
             if self._exact(2) != b"\r\n":
-                raise _BadRequest("chunk data not followed by CRLF")
+                raise BadRequest("chunk data not followed by CRLF")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.faults._http11 import _TOKEN_CHARS, ReceivedRequest, _tokens
+from pytest_laya.faults._http11 import TOKEN_CHARS, ReceivedRequest, header_tokens
 
 __all__ = [
     "Action",
@@ -56,7 +56,7 @@ def _check_header_items(headers: Mapping[str, str] | None) -> tuple[tuple[str, s
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
-        if not name or not set(name) <= _TOKEN_CHARS:
+        if not name or not set(name) <= TOKEN_CHARS:
             raise ValueError(f"invalid header name {name!r}")
         if any(ch in value for ch in "\r\n\x00"):
             raise ValueError(f"header {name!r} value contains CR, LF or NUL")
@@ -135,7 +135,7 @@ class Respond(Action):
     def asks_close(self) -> bool:
         """True when ``headers`` carry ``Connection: close``."""
         return any(
-            k.lower() == "connection" and "close" in _tokens(v) for k, v in self._items
+            k.lower() == "connection" and "close" in header_tokens(v) for k, v in self._items
         )
 
     def header_items(self, *, omit_length: bool = False) -> list[tuple[str, str]]:

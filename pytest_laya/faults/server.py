@@ -24,7 +24,7 @@ except (ImportError, AttributeError):  # pragma: no cover - non-Unix platforms
     fcntl = None  # type: ignore[assignment]
     _TIOCOUTQ = None
 
-from pytest_laya.faults._http11 import ReceivedRequest, _BadRequest, _Conn, _ConnectionDone, _Parsed, _Reader
+from pytest_laya.faults._http11 import BadRequest, ConnectionDone, ParsedRequest, RawConnection, ReceivedRequest, RequestReader
 from pytest_laya.faults.actions import (
     Action,
     DefaultAction,
@@ -113,7 +113,7 @@ class ScriptedServer:
         self._reopen_at: float | None = None  # when a refused listener binds again
         self._down = False  # in a Refuse window (or about to be)
         self._pending_triggers = 0  # requests holding a Refuse that applies after their response
-        self._conns: set[_Conn] = set()
+        self._conns: set[RawConnection] = set()
         self._threads: set[threading.Thread] = set()
         self._acceptor: threading.Thread | None = None
         self._conn_ids = itertools.count(1)
@@ -279,7 +279,7 @@ class ScriptedServer:
             total = (total or 0.0) + refuse.for_s
         return total
 
-    def _begin_outage_locked(self, exclude: _Conn | None) -> None:
+    def _begin_outage_locked(self, exclude: RawConnection | None) -> None:
         """Close the listener and idle connections; busy ones close after their response."""
         self._down = True
         self._retire_listener_locked()
@@ -354,7 +354,7 @@ class ScriptedServer:
 
     def _adopt(self, sock: socket.socket, listener: socket.socket) -> None:
         with self._cond:
-            conn = _Conn(sock, next(self._conn_ids))
+            conn = RawConnection(sock, next(self._conn_ids))
             if self._stopping.is_set() or self._listener is not listener:
                 conn.abort()  # accepted in the instant the server went down
                 return
@@ -373,13 +373,13 @@ class ScriptedServer:
 
     # ----------------------------------------------------------------- connections
 
-    def _serve(self, conn: _Conn) -> None:
-        reader = _Reader(self, conn)
+    def _serve(self, conn: RawConnection) -> None:
+        reader = RequestReader(self, conn)
         try:
             while not self._stopping.is_set():
                 try:
                     parsed = reader.read_request()
-                except _BadRequest as bad:
+                except BadRequest as bad:
                     self._send(conn, _error_response(bad.status, f"scripted server: {bad}"))
                     break
                 if parsed is None:
@@ -392,7 +392,7 @@ class ScriptedServer:
                 conn.busy = False
                 if conn.closing:
                     break
-        except _ConnectionDone:
+        except ConnectionDone:
             pass
         except Exception as exc:  # a bug in this module: record it, never kill the test run
             with self._cond:
@@ -421,7 +421,7 @@ class ScriptedServer:
                 self._pending_triggers += 1
             return action, refuse_for
 
-    def _handle(self, conn: _Conn, parsed: _Parsed) -> bool:
+    def _handle(self, conn: RawConnection, parsed: ParsedRequest) -> bool:
         """Answer one request; True when the connection may serve another."""
         request = parsed.request
         action, refuse_for = self._take(request)
@@ -460,7 +460,7 @@ class ScriptedServer:
                 action = result
             elif isinstance(action, Delay):
                 if self._stopping.wait(action.seconds):
-                    raise _ConnectionDone
+                    raise ConnectionDone
                 action = action.then
             elif isinstance(action, Refuse):
                 return _error_response(
@@ -470,7 +470,7 @@ class ScriptedServer:
                 return action
         return _error_response(500, "scripted server: Handler/Delay nesting is more than 100 deep")
 
-    def _perform(self, conn: _Conn, action: Action, request: ReceivedRequest, keep_alive: bool) -> bool:
+    def _perform(self, conn: RawConnection, action: Action, request: ReceivedRequest, keep_alive: bool) -> bool:
         head_only = request.method == "HEAD"
         if isinstance(action, Respond):
             keep = keep_alive and not action.asks_close
@@ -495,7 +495,7 @@ class ScriptedServer:
                 self._send(conn, response.render_head(keep_alive=False))
             for start in range(0, len(payload), action.chunk_size):
                 if self._stopping.wait(action.interval_s):
-                    raise _ConnectionDone
+                    raise ConnectionDone
                 self._send(conn, payload[start : start + action.chunk_size])
             return False
         if isinstance(action, ResetBeforeHeaders):
@@ -516,7 +516,7 @@ class ScriptedServer:
         self._send(conn, _error_response(500, f"scripted server: unsupported action {action!r}"))
         return False
 
-    def _send(self, conn: _Conn, data: bytes | Respond) -> None:
+    def _send(self, conn: RawConnection, data: bytes | Respond) -> None:
         """sendall with a polled stop flag and an overall deadline (request_timeout_s)."""
         if isinstance(data, Respond):
             data = data.render_head(keep_alive=False) + data.payload
@@ -524,15 +524,15 @@ class ScriptedServer:
         deadline = time.monotonic() + self.request_timeout_s
         while view:
             if self._stopping.is_set():
-                raise _ConnectionDone
+                raise ConnectionDone
             try:
                 sent = conn.sock.send(view)
             except TimeoutError:
                 if time.monotonic() > deadline:
-                    raise _ConnectionDone from None
+                    raise ConnectionDone from None
                 continue
             except OSError:
-                raise _ConnectionDone from None
+                raise ConnectionDone from None
             view = view[sent:]
 
 
