@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour, target_flavour
-from pytest_laya.fake.pins import SUM_TOLERANCE as PIN_SUM_TOLERANCE
 from pytest_laya.fake.pins import (
     PINNED_PROBABILITY,
     Pin,
@@ -23,6 +22,7 @@ from pytest_laya.fake.pins import (
     QuestionsMatcher,
     StateMatcher,
 )
+from pytest_laya.fake.pins import SUM_TOLERANCE as PIN_SUM_TOLERANCE
 from pytest_laya.fake.scoring import (
     NOUL_LOW,
     NOUL_SPAN,
