@@ -8,7 +8,8 @@ Every phase is bounded by time and the script stops the server when it ends. Pha
 - ``idle``: after a warm-up of a few decisions, the RSS the others are compared with.
 - ``load c=N`` for each N of ``--clients`` (default M and 2M: at and beyond ``--max-concurrent``):
   N closed-loop clients, each on one keep-alive connection, send ``POST /v1/systemone`` back to
-  back for ``--duration`` s (3 questions, a rotation of 8 states). A 503 must be ``overloaded``
+  back for ``--duration`` s (3 questions, a rotation of 8 states; with ``--state-tokens N``, 24
+  states of N tokens of the checkpoint's tokenizer, as bench_reference_server.py sizes them). A 503 must be ``overloaded``
   with ``Retry-After: 1`` (shed, explained); the client then pauses 20 ms instead of the second
   it is told, to keep the pressure on.
 - ``hostile``: for ``--hostile-duration`` s, M normal clients plus two senders of large
@@ -53,6 +54,7 @@ figures vary; docs/reliability.md has the last run's.
         [--duration 5] [--hostile-duration 8] [--hostile-rounds 2] [--flood 3000] [--flood-duration 14]
         [--server-nofile 2048] [--slowloris-duration 24] [--drips 48] [--drip-interval 0.5]
         [--phases load,hostile,flood,slow,expensive,admitted] [--server-root DIR] [--settle 3] [--json]
+        [--state-tokens N]
 
 ``--server-root DIR`` runs the server from another checkout (the one before a change), with only
 ``--max-concurrent`` on its command line; ``--server-nofile N`` starts it with RLIMIT_NOFILE N, so
@@ -100,6 +102,16 @@ QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
 }
 MAX_BODY = 2 * 1024 * 1024
+
+
+def use_sized_states(tokens: int) -> None:
+    """Make the normal clients' states `tokens` tokens long (the grid benchmark's states)."""
+    global STATES
+    from bench_reference_server import TokenCounter, sized_states  # this script's directory is on sys.path
+
+    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+    STATES = sized_states(tokens, TokenCounter(str(embedded_checkpoint_dir())))
 
 
 def decision_body(i: int) -> bytes:
@@ -729,7 +741,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     summaries = [p.summary() for p in phases]
     rss_idle, rss_after = phases[0].rss_mib, phases[-1].rss_mib
     return {
-        "max_concurrent": args.max_concurrent, "server_root": str(root), "server_nofile": args.server_nofile,
+        "max_concurrent": args.max_concurrent, "state_tokens": args.state_tokens, "server_root": str(root), "server_nofile": args.server_nofile,
         "phases": summaries,
         "rss_after_each_settle_mib": [round(p.rss_mib, 1) for p in phases if p.name.startswith("settle")],
         "rss_idle_mib": round(rss_idle, 1), "rss_after_mib": round(rss_after, 1),
@@ -742,7 +754,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_report(result: dict[str, Any]) -> None:
-    print(f"reference server, tiny checkpoint, --max-concurrent {result['max_concurrent']}")
+    states = f"states of {result['state_tokens']} tokens" if result["state_tokens"] else "one-sentence states"
+    print(f"reference server, tiny checkpoint, --max-concurrent {result['max_concurrent']}, {states}")
     cols = ("phase", "seconds", "requests", "served", "shed", "refused_as_expected", "vanished", "errors",
             "p50_ms", "p99_ms", "livez_probes", "livez_failures",
             "livez_p50_ms", "livez_p99_ms", "livez_max_ms", "livez_over_100ms", "rss_mib", "held_max", "held_end", "log_bytes",
@@ -786,6 +799,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated phases to run (default all: load,hostile,flood,slow,expensive,admitted)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before the last RSS reading")
     parser.add_argument("--livez-interval", type=float, default=0.05)
+    parser.add_argument("--state-tokens", type=int, default=None,
+                        help="normal clients' states of this many tokens (default: 8 one-sentence states)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--livez-probe", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--flood-worker", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -805,6 +820,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-concurrent must be at least 1")
     args.clients = ([int(c) for c in args.clients.split(",")] if args.clients
                     else [args.max_concurrent, 2 * args.max_concurrent])
+    if args.state_tokens is not None:
+        if args.state_tokens < 1:
+            parser.error("--state-tokens must be at least 1")
+        use_sized_states(args.state_tokens)
     result = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(result, indent=1))
