@@ -338,49 +338,39 @@ def measure_reference(n: int, warmup: int) -> dict[str, Any]:
             "startup_s": ready_s}
 
 
-BREAKDOWN = {
-    "per_decision": [
-        ("decide (total)", "pytest_laya/client.py", "decide"),
-        ("vcrpy httpx stub (_vcr_request: to vcr Request, match, play, build response)", "vcr/stubs/httpx_stubs.py", "_vcr_request"),
-        ("  LayaCassette.can_play_response_for", "pytest_laya/cassettes.py", "can_play_response_for"),
-        ("  LayaCassette.play_response", "pytest_laya/cassettes.py", "play_response"),
-        ("  of both: before_record_request (deepcopy + scrub), 3 per request", "vcr/config.py", "before_record_request"),
-        ("  of both: copy.deepcopy", "copy.py", "deepcopy"),
-        ("  of both: vcr matchers.requests_match (scans every interaction, twice)", "vcr/matchers.py", "requests_match"),
-        ("_SocketWatchdog.__enter__ (timer thread; the floor pays it too)", "code:watchdog_enter", ""),
-    ],
-    "per_test": [
-        ("one test (total)", "bench/bench_plugin.py", "series_replay_tests"),
-        ("httpx.Client.__init__ (in ServedLayaClient.__init__)", "code:httpx_client_init", ""),
-        ("  of it: ssl load_verify_locations (certifi bundle)", "~", "<method 'load_verify_locations' of '_ssl._SSLContext' objects>"),
-        ("vcr Cassette __enter__ (patchers + load)", "vcr/cassette.py", "__enter__"),
-        ("  of it: building patchers (optional-library imports tried)", "vcr/patch.py", "build"),
-        ("  of it: _read_cassette (read, YAML parse, checks)", "pytest_laya/cassettes.py", "_read_cassette"),
-        ("decide", "pytest_laya/client.py", "decide"),
-    ],
-}
+#: Where a profiled function lives, for the breakdown: the kit, vcrpy, httpx and httpcore, YAML.
+PROFILED_PACKAGES = ("pytest_laya", "vcr", "httpx", "httpcore", "yaml")
 
 
-def _code_key(name: str) -> tuple[str, int, str]:
-    from pytest_laya.client.sync_client import _SocketWatchdog
+def _package_of(filename: str) -> str | None:
+    parts = filename.replace(os.sep, "/").split("/")
+    for package in PROFILED_PACKAGES:
+        if package in parts[:-1] or (package == "pytest_laya" and "pytest_laya" in filename):
+            return package
+    return None
 
-    code = {"watchdog_enter": _SocketWatchdog.__enter__, "httpx_client_init": httpx.Client.__init__}[name].__code__
-    return code.co_filename, code.co_firstlineno, code.co_name
 
-
-def _cumulative(stats: pstats.Stats, file_end: str, func: str) -> tuple[float, int]:
-    total, calls = 0.0, 0
-    exact = _code_key(file_end[5:]) if file_end.startswith("code:") else None
-    for (filename, line, name), (cc, _nc, _tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
-        if (exact == (filename, line, name)) if exact else (
-                name == func and filename.replace(os.sep, "/").endswith(file_end)):
-            total += ct
-            calls += cc
-    return total, calls
+def _top_functions(stats: pstats.Stats, count: int, top: int) -> list[dict[str, Any]]:
+    """The functions of PROFILED_PACKAGES with the largest cumulative time, per item."""
+    entries = stats.stats.items()  # type: ignore[attr-defined]
+    total = max((ct for _key, (_cc, _nc, _tt, ct, _) in entries), default=0.0)
+    rows = []
+    for (filename, line, name), (cc, _nc, tt, ct, _) in entries:
+        package = _package_of(filename)
+        if package is None:
+            continue
+        where = filename.replace(os.sep, "/").split(f"/{package}/", 1)[-1]
+        rows.append({"what": f"{package}/{where}:{line} {name}", "calls_per_item": cc / count,
+                     "profiled_us_per_item": ct / count * 1e6, "own_us_per_item": tt / count * 1e6,
+                     "share": ct / total if total else 0.0})
+    return sorted(rows, key=lambda row: -row["profiled_us_per_item"])[:top]
 
 
 def profile_breakdown(s: Setup, small: str, full: bool) -> dict[str, Any]:
-    """cProfile of the replay series: the share of named functions (cumulative) in each."""
+    """cProfile of the replay series: the kit's, vcrpy's and httpx's functions by cumulative time.
+
+    Found in the profile rather than named here, so the breakdown follows the code as it changes.
+    """
     out: dict[str, Any] = {}
     jobs = {"per_decision": (lambda: [series_replay_decisions(s, small, False) for _ in range(10)], 10 * s.sizes[small]),
             "per_test": (lambda: series_replay_tests(s, 30, False), 30)}
@@ -391,15 +381,7 @@ def profile_breakdown(s: Setup, small: str, full: bool) -> dict[str, Any]:
         fn()
         prof.disable()
         stats = pstats.Stats(prof, stream=text)
-        rows = []
-        base = None
-        for label, file_end, func in BREAKDOWN[key]:
-            ct, calls = _cumulative(stats, file_end, func)
-            if base is None:
-                base = ct
-            rows.append({"what": label, "calls_per_item": 1.0 if not rows else calls / count, "profiled_us_per_item": ct / count * 1e6,
-                         "share": ct / base if base else 0.0})
-        out[key] = rows
+        out[key] = _top_functions(stats, count, top=15)
         if full:
             text.write(f"\n== cProfile: replay {key.replace('_', ' ')} ({count} items), by own time\n")
             stats.sort_stats("tottime").print_stats(25)
@@ -647,11 +629,13 @@ def print_report(res: dict[str, Any]) -> None:
     prof = res.get("profile")
     if prof:
         for key in ("per_decision", "per_test"):
-            print(f"\ncProfile breakdown, replay {key.replace('_', ' ')} (cumulative, profiled times are inflated):")
-            print("| function | calls each | share |")
-            print("|---|---:|---:|")
+            print(f"\ncProfile, replay {key.replace('_', ' ')}: the 15 functions of {', '.join(PROFILED_PACKAGES)} with the "
+                  "largest cumulative time (profiled times are inflated; shares of the whole profile):")
+            print("| function | calls each | cumulative us each | own us each | share |")
+            print("|---|---:|---:|---:|---:|")
             for row in prof[key]:
-                print(f"| {row['what']} | {row['calls_per_item']:.1f} | {row['share'] * 100:.0f}% |")
+                print(f"| {row['what']} | {row['calls_per_item']:.1f} | {row['profiled_us_per_item']:.0f} | "
+                      f"{row['own_us_per_item']:.0f} | {row['share'] * 100:.0f}% |")
     if "suite" in res:
         su = res["suite"]
         print(f"suite (bytecode cached): {su['tests']} replayed laya_client tests {su['replay_median_ms']:.0f} ms vs {su['tests']} "
