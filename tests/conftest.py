@@ -1,4 +1,4 @@
-"""Project-wide test settings."""
+"""Project-wide test settings, and the servers every module shares (one of each per process)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,17 @@ import vcr.stubs.requests_stubs  # noqa: F401
 import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
+from tests.helpers.servers import LayaServes
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def laya_serves():
+    """`laya_serves(jev_strict=..., api_key=...)`: this process's shared laya-serve of that configuration."""
+    serves = LayaServes()
+    yield serves
+    serves.close()
 
 
 @pytest.hookimpl(wrapper=True)
