@@ -1,4 +1,4 @@
-"""Project-wide test settings."""
+"""Project-wide test settings, and the servers every module shares (one of each per process)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,32 @@ import os
 
 import pytest
 
-# pytester's in-process runs drop the modules first imported inside them. PyYAML's C loader
-# cannot be imported a second time in one process (a later load fails on "the tag None"), so
-# it is imported once here, before any inner run can be the first to.
+# pytester's in-process runs drop the modules first imported inside them, so modules that must
+# exist once per process are imported here, before any inner run can be the first to:
+# - PyYAML: its C loader cannot be imported a second time (a later load fails on "the tag None");
+# - vcrpy: the kit builds its vcrpy classes once per process, on first use. Built inside an
+#   inner run, they subclass that run's copy of vcr, which the run then drops, and a later
+#   `from vcr... import CassetteNotFoundError` gets a second copy their `except` does not catch
+#   (a recording test after tests/contract/test_contract_models.py failed on it).
+import vcr.patch  # noqa: F401
+import vcr.persisters.filesystem  # noqa: F401
+import vcr.serializers.yamlserializer  # noqa: F401
+import vcr.stubs.httpx_stubs  # noqa: F401
+import vcr.stubs.requests_stubs  # noqa: F401
+import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
+from tests.helpers.servers import LayaServes
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def laya_serves():
+    """`laya_serves(jev_strict=..., api_key=...)`: this process's shared laya-serve of that configuration."""
+    serves = LayaServes()
+    yield serves
+    serves.close()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pytest_laya import ServedLayaClient
 from pytest_laya.cassettes import CassetteError, use_cassette
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 pytest_plugins = ["pytester"]
 
@@ -236,7 +237,7 @@ def test_recording_from_parallel_workers_loses_no_interaction(pytester):
     for name in modules:
         pytester.makepyfile(**{name: PARALLEL_MODULE.format(module=name)})
     shared = pytester.path / "shared-cassettes"
-    common = ("-p", "no:cacheprovider", "-p", "no:asyncio", "-n", "2", f"--laya-cassette-dir={shared}",
+    common = ("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, "-n", "2", f"--laya-cassette-dir={shared}",
               "--laya-spec=target")
     with FakeLayaServer() as server:
         recorded = pytester.runpytest_subprocess(*common, "--laya-record", f"--laya-url={server.url}")

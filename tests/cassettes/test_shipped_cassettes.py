@@ -28,6 +28,7 @@ from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient, Spec
 from pytest_laya.cassettes import REDACTED, use_cassette
 from pytest_laya.servers import REPLAY_URL
 from pytest_laya.wire.decision import Choice, Noul, Score
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 ROOT = Path(__file__).resolve().parents[2]
 CASSETTES = ROOT / "cassettes"
@@ -207,24 +208,23 @@ def test_system1_refusals_replay_as_the_clients_errors(path, error, code, status
 # -- replayed decisions against the live servers they came from -------------------------------
 
 @pytest.fixture(scope="module")
-def live_servers():
-    """The servers the decision cassettes came from, in the configurations they were recorded in."""
+def live_servers(laya_serves):
+    """The servers the decision cassettes came from, in the configurations they were recorded in
+    (laya-serve's as recording_servers.laya_serve starts them, shared with other modules)."""
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     import contextlib
 
-    from recording_servers import laya_serve, reference_server
+    from recording_servers import reference_server
 
     with contextlib.ExitStack() as stack:
         started: dict = {}
 
         def get(kind: str, config: str):
-            if (kind, config) not in started:
-                if kind == REFERENCE:
-                    server = reference_server(keyed=config == "keyed")
-                else:
-                    server = laya_serve(keyed=config == "keyed", jev_strict=kind == LAYA_SERVE_STRICT)
-                started[kind, config] = stack.enter_context(server)
-            return started[kind, config]
+            if kind != REFERENCE:
+                return laya_serves(jev_strict=kind == LAYA_SERVE_STRICT, api_key=SERVER_KEY if config == "keyed" else None)
+            if config not in started:
+                started[config] = stack.enter_context(reference_server(keyed=config == "keyed"))
+            return started[config]
 
         yield get
 
@@ -285,7 +285,7 @@ def test_a_replayed_refusal_is_the_live_one(live_servers):
 def run_recording_suite(target: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """pytest on (part of) the recording suite, from the repository root, as cassettes/README.md says."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "PYTEST_"))}
-    return subprocess.run([sys.executable, "-m", "pytest", str(target.relative_to(ROOT)), *args],
+    return subprocess.run([sys.executable, "-m", "pytest", str(target.relative_to(ROOT)), *WITHOUT_UNUSED_PLUGINS, *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -4,7 +4,7 @@ In-process Laya (`LayaModel`) on the embedded tiny checkpoint; the served client
 (`ServedLayaModel`) over the reference server and laya-serve 0.4.15, both live on real loopback
 sockets, over the fake in both flavours, and over cassettes recorded from the reference server
 and replayed with no server at all. Every response a served model receives is held to its
-server's spec while the contract runs. Servers start once per session or module.
+server's spec while the contract runs. Servers start once per session (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pytest_laya import Spec
 from pytest_laya.contract import DecisionModelContract, scripted_laya_model, scripted_served_model
 from pytest_laya.fake import FLAVORS, LAYA_SERVE, FakeLayaServer
 from pytest_laya.models import LayaModel, ServedLayaModel
-from pytest_laya.servers.laya_serve import LayaServeProcess
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
@@ -45,9 +44,8 @@ def tiny_model():
 
 
 @pytest.fixture(scope="module")
-def laya_serve():
-    with LayaServeProcess(embedded_checkpoint_dir()) as server:
-        yield server
+def laya_serve(laya_serves):
+    return laya_serves()
 
 
 @pytest.fixture(scope="module", params=FLAVORS)

@@ -30,9 +30,9 @@ from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare
 from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
 from pytest_laya.wire.decision import Choice, Noul, Score
-from tests.helpers.servers import reference_server  # noqa: E402
+from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
-KEY = "sk-contract-canary-9d41"
+KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
 SUITE = ("--pyargs", "pytest_laya.suites.server")
 #: The checks of the suite, and those that need --laya-api-key.
 CHECKS = 22
@@ -89,24 +89,14 @@ def reference_keyed():
         yield thread
 
 
-def _laya_serve(**options):
-    pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-    from pytest_laya.servers.laya_serve import LayaServeProcess
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
-
-    return LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY, **options)
+@pytest.fixture(scope="module")
+def laya_serve(laya_serves):
+    return laya_serves(api_key=KEY)
 
 
 @pytest.fixture(scope="module")
-def laya_serve():
-    with _laya_serve() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def laya_serve_strict():
-    with _laya_serve(jev_strict=True) as server:
-        yield server
+def laya_serve_strict(laya_serves):
+    return laya_serves(jev_strict=True, api_key=KEY)
 
 
 # -- (a) the reference server: the whole target contract -----------------------------------

@@ -37,3 +37,39 @@ def reference_server(settings: Any = None, *, models: Mapping[str, str] | None =
     engine = LayaEngine(dict(models) if models else {"tiny": tiny}, **engine_options)
     with serve_app(create_app(engine, settings)) as thread:
         yield thread
+
+
+#: The API key every module gives a keyed laya-serve, so that they share one process: the
+#: recording suite's (cassettes/recording/recording_cases.py SERVER_KEY), which
+#: tests/cassettes/test_shipped_cassettes.py uses. A canary: tests assert it never shows in output.
+LAYA_SERVE_KEY = "sk-cassette-canary-9d2f61c4"
+
+
+class LayaServes:
+    """This pytest process's laya-serve 0.4.15 processes on the tiny checkpoint, one per
+    configuration, each started on first use and stopped by `close()` (the session's end).
+
+    A laya-serve start costs ~5 s of CPU (torch, laya and the checkpoint load in a new process)
+    and its answers depend on nothing a test does, so every module shares them rather than
+    starting its own. Tests of the launcher's own start and stop start their own.
+    """
+
+    def __init__(self) -> None:
+        self._started: dict[tuple[bool, str | None], Any] = {}
+        self._stack = contextlib.ExitStack()
+
+    def __call__(self, *, jev_strict: bool = False, api_key: str | None = None) -> Any:
+        """The running laya-serve with ``LAYA_JEV_STRICT`` as `jev_strict` and key `api_key`."""
+        config = (jev_strict, api_key)
+        if config not in self._started:
+            pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
+            from pytest_laya.servers.laya_serve import LayaServeProcess
+            from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+            server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
+                                      startup_timeout_s=READY_TIMEOUT_S)
+            self._started[config] = self._stack.enter_context(server)
+        return self._started[config]
+
+    def close(self) -> None:
+        self._stack.close()

@@ -10,12 +10,11 @@ from __future__ import annotations
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient, Spec
-from pytest_laya.servers.laya_serve import LayaServeProcess
+from tests.helpers.servers import LAYA_SERVE_KEY
 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
-KEY = "sk-live-canary-7f3a"
+KEY = LAYA_SERVE_KEY
 STATE = "I was charged twice for my order. Please refund the duplicate today."
 QUESTIONS = {
     "department": {"type": "choice", "instructions": "Which team should handle this?",
@@ -27,9 +26,8 @@ QUESTIONS = {
 
 
 @pytest.fixture(scope="module")
-def laya_serve():
-    with LayaServeProcess(embedded_checkpoint_dir(), api_key=KEY) as server:
-        yield server
+def laya_serve(laya_serves):
+    return laya_serves(api_key=KEY)
 
 
 @pytest.fixture

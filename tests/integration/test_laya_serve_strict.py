@@ -23,9 +23,8 @@ QUESTIONS = {
 
 
 @pytest.fixture(scope="module")
-def strict():
-    with LayaServeProcess(embedded_checkpoint_dir(), jev_strict=True) as server:
-        yield server
+def strict(laya_serves):
+    return laya_serves(jev_strict=True)
 
 
 def test_the_served_client_decides_through_a_strict_laya_serve(strict):

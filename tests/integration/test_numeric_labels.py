@@ -15,7 +15,6 @@ import pytest
 
 from pytest_laya import Choice, LayaCallError, ServedLayaClient, Spec
 from pytest_laya.fake import LAYA_SERVE, FakeLaya
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.wire.decision import parse_answers
 from pytest_laya.wire.questions import normalize_questions, option_key
 
@@ -125,13 +124,13 @@ def test_laya_model_reads_in_process_laya(in_process):
         assert dict(decision[name].probabilities) == {option_key(k): p for k, p in raw[name]["probabilities"].items()}
 
 
-def test_laya_serve_sends_the_label_and_the_client_reads_it():
+def test_laya_serve_sends_the_label_and_the_client_reads_it(laya_serves):
     seen = []
-    with LayaServeProcess(embedded_checkpoint_dir()) as laya_serve:
-        raw = httpx.post(laya_serve.url + "/v1/systemone", json={"state": STATE, "questions": NUMERIC, "model": "tiny"},
-                         timeout=60).json()
-        with ServedLayaClient(laya_serve.url, model="tiny", on_exchange=seen.append) as client:
-            decision = client.decide(STATE, QUESTIONS)
+    laya_serve = laya_serves()
+    raw = httpx.post(laya_serve.url + "/v1/systemone", json={"state": STATE, "questions": NUMERIC, "model": "tiny"},
+                     timeout=60).json()
+    with ServedLayaClient(laya_serve.url, model="tiny", on_exchange=seen.append) as client:
+        decision = client.decide(STATE, QUESTIONS)
     # The shape LAYA_SERVE_BODY records: the label itself as `choice`, string keys; the same numbers.
     recorded = LAYA_SERVE_ANSWER["answers"]["n"]
     assert raw["answers"]["n"]["choice"] == recorded["choice"] and type(raw["answers"]["n"]["choice"]) is int

@@ -15,7 +15,6 @@ from collections import Counter
 import pytest
 
 from pytest_laya.models import LayaModel, ServedLayaModel
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.wire.samples import VARIED_REQUESTS
@@ -39,10 +38,9 @@ def reference(laya_reference_server):
 
 
 @pytest.fixture(scope="module")
-def laya_serve():
-    with LayaServeProcess(embedded_checkpoint_dir()) as server:
-        with ServedLayaModel(server.url, model="tiny", name="laya-serve 0.4.15") as model:
-            yield model
+def laya_serve(laya_serves):
+    with ServedLayaModel(laya_serves().url, model="tiny", name="laya-serve 0.4.15") as model:
+        yield model
 
 
 def differences(expected, got) -> list[str]:

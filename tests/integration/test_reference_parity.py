@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from pytest_laya import ServedLayaClient, Spec
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.wire.samples import VARIED_REQUESTS
 from tests.helpers.recorded import LAYA_SERVE, recordings
 
@@ -85,12 +84,12 @@ def test_answers_equal_in_process_predict(reference, in_process, request_body):
     assert_same(body["answers"], in_process.predict(request_body["state"], request_body["questions"])["answers"])
 
 
-def test_answers_equal_live_laya_serve_on_the_same_bytes(reference):
-    with LayaServeProcess(embedded_checkpoint_dir()) as laya_serve:
-        for request_body in REQUESTS:
-            theirs = httpx.post(laya_serve.url + "/v1/systemone", json={**request_body, "model": "tiny"}, timeout=30).json()
-            ours = conforming(httpx.post(reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
-            assert_same(ours["answers"], theirs["answers"])
+def test_answers_equal_live_laya_serve_on_the_same_bytes(reference, laya_serves):
+    laya_serve = laya_serves()
+    for request_body in REQUESTS:
+        theirs = httpx.post(laya_serve.url + "/v1/systemone", json={**request_body, "model": "tiny"}, timeout=30).json()
+        ours = conforming(httpx.post(reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
+        assert_same(ours["answers"], theirs["answers"])
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(reference):

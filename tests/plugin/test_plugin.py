@@ -12,6 +12,7 @@ import vcr.stubs.httpx_stubs  # noqa: F401
 import yaml
 
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
@@ -521,7 +522,7 @@ def test_pytest_recording_and_pytest_laya_side_by_side(pytester, laya_serve_like
     pytester.makepyfile(test_it=TEST_BESIDE_VCR)
 
     def sub(*args):
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *args)
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, *args)
 
     recorded = sub("--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}", "--record-mode=once")
     recorded.assert_outcomes(passed=2)
@@ -546,7 +547,7 @@ def test_one_test_cannot_give_both_plugins_the_same_cassette(pytester, laya_serv
     pytest.importorskip("pytest_recording")
     monkeypatch.setenv("PLAIN_URL", laya_serve_like.url)
     pytester.makepyfile(test_it=TEST_DECIDE.replace("def test_refund", "import pytest\n\n@pytest.mark.vcr\ndef test_refund"))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*test_refund is marked @pytest.mark.vcr and uses a pytest-laya cassette: both would "
                                  "use *test_refund.yaml*@pytest.mark.laya(cassette=...)*"])
@@ -569,5 +570,5 @@ async def test_async_agrees(laya_model):
     sync = laya_model.decide("I was charged twice.", QUESTIONS)
     assert (await laya_model.adecide("I was charged twice.", QUESTIONS)).answers == sync.answers
 """)
-    fake = pytester.runpytest_subprocess("-p", "asyncio", "--laya-mode=fake")
+    fake = pytester.runpytest_subprocess("-p", "asyncio", *WITHOUT_UNUSED_PLUGINS, "--laya-mode=fake")
     fake.assert_outcomes(passed=2)

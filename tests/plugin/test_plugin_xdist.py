@@ -10,6 +10,7 @@ import pytest
 from pytest_laya.client import Exchange
 from pytest_laya.fake import FakeLaya, FakeLayaServer
 from pytest_laya.specs.conformance import Conformance
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 pytest.importorskip("xdist")
 
@@ -26,7 +27,7 @@ def test_decide(laya_client, state):
 
 
 def sub(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *args)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, *args)
 
 
 @pytest.fixture

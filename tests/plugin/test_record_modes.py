@@ -9,7 +9,7 @@ import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
 
 from pytest_laya.fake import FakeLayaServer
-from tests.helpers.pytester_runs import CANARY, TEST_DECIDE, cassette_data, report_of, run
+from tests.helpers.pytester_runs import CANARY, TEST_DECIDE, WITHOUT_UNUSED_PLUGINS, cassette_data, report_of, run
 
 pytest_plugins = ["pytester"]
 
@@ -46,7 +46,7 @@ def test_record_missing_under_xdist_writes_each_missing_cassette_once_and_no_sec
     pytester.makepyfile(test_a=tests, test_b=tests)
     (pytester.path / "cassettes").mkdir()
     run(pytester, "test_a.py", f"--laya-url={server.url}", f"--laya-api-key={CANARY}", "--laya-record").assert_outcomes(passed=6)
-    result = _record(pytester, server, "--laya-record=missing", "-n", "2")
+    result = _record(pytester, server, "--laya-record=missing", "-n", "2", *WITHOUT_UNUSED_PLUGINS)
     result.assert_outcomes(passed=12)
     result.stdout.fnmatch_lines(["cassettes: 6 played, 6 recorded"])
     files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "cassettes").rglob("*.yaml"))
@@ -161,7 +161,7 @@ def test_two_workers_writing_one_cassette_fail_the_run(pytester, server):
     named = "import pytest\n\n@pytest.mark.laya(cassette='shared')\n" + TEST_DECIDE.lstrip()
     pytester.makepyfile(test_a=named, test_b=named.replace("test_refund", "test_other"))
     pytester.makeini("[pytest]\nlaya_cassette_dir = recorded\n")
-    result = _record(pytester, server, "--laya-record", "-n", "2", "-p", "no:randomly")
+    result = _record(pytester, server, "--laya-record", "-n", "2", "-p", "no:randomly", *WITHOUT_UNUSED_PLUGINS)
     outcomes = result.parseoutcomes()
     if outcomes.get("failed"):  # both landed on one worker: the per-process check caught it
         result.stdout.fnmatch_lines(["*both use the cassette*"])

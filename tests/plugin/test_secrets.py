@@ -20,6 +20,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 pytest_plugins = ["pytester"]
 
@@ -92,7 +93,7 @@ def _run(pytester, monkeypatch, mode_args: list[str], name: str, *, env_key: boo
         monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
         mode_args = [*mode_args, f"--laya-api-key={CANARY}"]
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:asyncio", "-rA", "-vv", "--showlocals", "--tb=long",
+        "-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, "-rA", "-vv", "--showlocals", "--tb=long",
         "--log-level=DEBUG", "--log-cli-level=DEBUG", f"--log-file={logfile}", "--log-file-level=DEBUG",
         f"--junitxml={junit}", f"--laya-report={report}", *mode_args)
     return result, report

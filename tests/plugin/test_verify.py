@@ -17,6 +17,7 @@ import vcr.stubs.httpx_stubs  # noqa: F401
 
 from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE, compare_responses
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class (as tests/plugin/test_plugin.py does).
@@ -191,7 +192,7 @@ def test_verify_runs_under_xdist_and_the_controller_reports(pytester, fake):
     record_two = run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-api-key={CANARY}", "--laya-spec=target")
     record_two.assert_outcomes(passed=2)
     with FakeLayaServer(api_key=CANARY, revision="fake-1") as changed:
-        result = verify(pytester, changed, "-n", "2")
+        result = verify(pytester, changed, "-n", "2", *WITHOUT_UNUSED_PLUGINS)
     result.stdout.fnmatch_lines(["verify: 2 cassettes, 0 of 2 interactions match, 2 cassettes drifted*"])
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from pytest_laya import Spec
 from pytest_laya.fake import FakeLaya
-from pytest_laya.servers.laya_serve import LayaServeProcess
 from pytest_laya.wire.problems import Problem as RequestRefusal
 from pytest_laya.wire.requests import MAX_TOKEN_BUDGET, MIN_CONFIDENCE_BUCKETS, request_controls
 
@@ -65,9 +64,8 @@ ROUTING = {"task": "tiny", "lang": "de", "lang_guess": "de"}
 
 
 @pytest.fixture(scope="module")
-def laya_serve():
-    with LayaServeProcess(embedded_checkpoint_dir()) as server:
-        yield server
+def laya_serve(laya_serves):
+    return laya_serves()
 
 
 @pytest.fixture(scope="module")
