@@ -131,6 +131,10 @@ class CassetteHandle:
         """`text` with every secret this cassette knows of replaced (for error messages)."""
         return self._recording_scrub.text(text)
 
+    def shown_target(self, uri: str) -> str:
+        """A request's path and query as an error message may show them (the project's filters applied)."""
+        return self._recording_scrub.shown_target(uri)
+
     def finish(self, *, failed: bool) -> str:
         """End the cassette's use: save it (record, unless `failed` or discarded) or check it was
         all played (strict replay of a test that passed). Returns the `outcome`."""

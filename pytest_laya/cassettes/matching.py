@@ -121,22 +121,22 @@ def _json_diff(now: Any, recorded: Any, where: str, out: list[tuple[str, Any, An
         out.append((where, recorded, now))
 
 
+def _inner(text: str) -> str:
+    """A string as JSON shows it, without its quotes."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _show(value: Any, limit: int = _SHOW_VALUE) -> str:
     if value is _MISSING:
         return "absent"
+    if isinstance(value, str):  # cut inside its quotes, so both stay
+        inner = _inner(value)
+        return f'"{inner}"' if len(inner) <= limit - 2 else f'"{inner[: limit - 3]}…"'
     text = canonical_json(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def show_difference(recorded: Any, now: Any, limit: int = _SHOW_VALUE) -> tuple[str, str]:
-    """Both values as canonical JSON, each cut to a window around where they first differ.
-
-    A long state that changed in its last words shows those words, not the first 40 characters
-    that both sides share.
-    """
-    if recorded is _MISSING or now is _MISSING:
-        return _show(recorded, limit), _show(now, limit)
-    a, b = canonical_json(recorded), canonical_json(now)
+def _windows(a: str, b: str, limit: int) -> tuple[str, str]:
     if len(a) <= limit and len(b) <= limit:
         return a, b
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -147,6 +147,20 @@ def show_difference(recorded: Any, now: Any, limit: int = _SHOW_VALUE) -> tuple[
         return ("…" if start else "") + part + ("…" if start + limit < len(text) else "")
 
     return window(a), window(b)
+
+
+def show_difference(recorded: Any, now: Any, limit: int = _SHOW_VALUE) -> tuple[str, str]:
+    """Both values as canonical JSON, each cut to a window around where they first differ.
+
+    A long state that changed in its last words shows those words, not the first 40 characters
+    that both sides share; two strings are cut inside their quotes (``"…the duplicate payment"``).
+    """
+    if recorded is _MISSING or now is _MISSING:
+        return _show(recorded, limit), _show(now, limit)
+    if isinstance(recorded, str) and isinstance(now, str):
+        a, b = _windows(_inner(recorded), _inner(now), limit - 2)
+        return f'"{a}"', f'"{b}"'
+    return _windows(canonical_json(recorded), canonical_json(now), limit)
 
 
 def body_differences(now: bytes, recorded: bytes) -> tuple[int, list[str]]:

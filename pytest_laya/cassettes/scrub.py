@@ -200,6 +200,31 @@ class Scrubber:
             parts.append(part)
         return path, "&".join(parts)
 
+    def shown_target(self, uri: str, headers: Any = None) -> str:
+        """A request's path and query as a message may show them: filtered query parameters read
+        ``<redacted>``, and every secret known here (the API key, the request's filtered header
+        values and Authorization credential, from `headers`) is scrubbed in every spelling."""
+        for name, value in (headers or {}).items():
+            lower = str(name).lower()
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for one in map(str, values):
+                if lower == "authorization":
+                    scheme, _, credentials = one.strip().partition(" ")
+                    self.keep_secret(credentials.strip() or scheme)
+                elif lower in self._filtered_headers:
+                    self.keep_secret(one)
+        split = urlsplit(uri)
+        pairs = [part.partition("=") for part in split.query.split("&")] if split.query else []
+        for name, _eq, value in pairs:
+            if unquote_plus(name) in self._filtered_query:
+                self.keep_secret(unquote_plus(value))
+        shown = [f"{name}={REDACTED}" if unquote_plus(name) in self._filtered_query else name + eq + value
+                 for name, eq, value in pairs]
+        path, query = self.text(split.path or "/"), self.text("&".join(shown))
+        if self._hidden_in(unquote_plus(path + "?" + query)):  # a secret still hides behind an escape
+            path, query = self.text(unquote(path)), self.text(unquote_plus(query))
+        return path + (f"?{query}" if query else "")
+
     def _redact_authorization(self, value: str) -> str:
         scheme, _, credentials = value.strip().partition(" ")
         credentials = credentials.strip()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -71,11 +71,24 @@ class _Network:
         return None
 
 
+def _path_only(request: Any) -> str:
+    """The request's path, its query left out: without the project's filters nothing says which part is secret."""
+    split = urlsplit(request.uri)
+    return (split.path or "/") + ("?…" if split.query else "")
+
+
 class _Blocked(_Network):
+    """Refuses every request with `NetworkBlocked`, showing its target as `shown` allows, and keeps
+    the error in `refused` (a test whose code swallowed it still fails)."""
+
+    def __init__(self, shown: Callable[[Any], str], refused: list[BaseException]) -> None:
+        self.shown = shown
+        self.refused = refused
+
     def can_play_response_for(self, request: Any) -> bool:
-        split = urlsplit(request.uri)
-        raise NetworkBlocked(split.netloc or host_of(request.uri), request.method,
-                             (split.path or "/") + (f"?{split.query}" if split.query else ""))
+        error = NetworkBlocked(host_of(request.uri), request.method, self.shown(request))
+        self.refused.append(error)
+        raise error
 
 
 class _OuterCassette:
@@ -101,7 +114,6 @@ class _OuterCassette:
 
 
 _NETWORK = _Network()
-_BLOCKED = _Blocked()
 
 
 class Switchboard:
@@ -109,7 +121,9 @@ class Switchboard:
 
     `laya` routes claim requests (`claims(request)`); everything else goes to `outer` (a vcrpy
     cassette) when there is one, else to the network, unless `block_network` refuses hosts not
-    in `allowed_hosts`. Thread-safe for requests from any thread; one activation at a time.
+    in `allowed_hosts`. Thread-safe for requests from any thread. Activations nest (a test's
+    Laya server and its `laya_fake_server` are both routed): an inner one adds its Laya routes,
+    tried first, and its settings, until it ends.
     """
 
     #: vcrpy names its per-cassette connection subclasses after this, and reads these two.
@@ -123,43 +137,55 @@ class Switchboard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._patchers: list[Any] | None = None
-        self._active = False
+        self._depth = 0
         self.laya: Sequence[Any] = ()
         self.outer: _OuterCassette | None = None
         self.block_network = False
         self.allowed_hosts: frozenset[str] = frozenset()
         self.ignored_hosts: frozenset[str] = frozenset()
+        self._blocked = _Blocked(_path_only, [])
         self._last: tuple[Any, Route] | None = None
 
     # -- activation
 
     @contextlib.contextmanager
     def active(self, laya: Sequence[Any], *, outer: Any = None, block_network: bool = False,
-               allowed_hosts: Sequence[str] = (), ignored_hosts: Sequence[str] = ()) -> Iterator[Switchboard]:
-        """Route through `laya` (and `outer`) until the block ends; the HTTP patches are in place meanwhile."""
+               allowed_hosts: Sequence[str] = (), ignored_hosts: Sequence[str] = (),
+               shown: Callable[[Any], str] | None = None,
+               refused: list[BaseException] | None = None) -> Iterator[Switchboard]:
+        """Route through `laya` (and `outer`) until the block ends; the HTTP patches are in place meanwhile.
+
+        A blocked request's `NetworkBlocked` shows its path and query as `shown(request)` gives
+        them (by default the path alone) and is appended to `refused`.
+        """
         with self._lock:
-            if self._active:
-                raise RuntimeError("this switchboard is already active; pytest-laya routes one test at a time")
-            self._active = True
-        self.laya = tuple(laya)
+            self._depth += 1
+            outermost = self._depth == 1
+        saved = (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts, self._blocked)
+        self.laya = (*laya, *(() if outermost else self.laya))
         self._last = None
-        self.outer = _OuterCassette(outer) if outer is not None else None
+        if outer is not None or outermost:
+            self.outer = _OuterCassette(outer) if outer is not None else None
         self.block_network = block_network
         self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
         self.ignored_hosts = frozenset(_normal_host(h) for h in ignored_hosts)
+        self._blocked = _Blocked(shown or _path_only, refused if refused is not None else [])
         entered: list[Any] = []
         try:
-            for patcher in self._built():
-                patcher.__enter__()
-                entered.append(patcher)
+            if outermost:
+                for patcher in self._built():
+                    patcher.__enter__()
+                    entered.append(patcher)
             yield self
         finally:
-            self.laya, self.outer, self._last = (), None, None
+            (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts,
+             self._blocked) = saved if not outermost else ((), None, False, frozenset(), frozenset(), saved[5])
+            self._last = None
             try:
                 _undo(entered)
             finally:
                 with self._lock:
-                    self._active = False
+                    self._depth -= 1
 
     def _built(self) -> list[Any]:
         if self._patchers is None:
@@ -189,7 +215,7 @@ class Switchboard:
         if self.outer is not None:
             return self.outer
         if self.block_network and not _allowed(host, self.allowed_hosts):
-            return _BLOCKED
+            return self._blocked
         return _NETWORK
 
     # -- vcrpy's cassette protocol

@@ -21,11 +21,14 @@ from pytest_laya.plugin import options, summary
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
 from pytest_laya.plugin.markers import MARKER_HELP, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
+    OPEN_ROUTES,
     ROUTE,
     FromVcrConfig,
     TestRoute,
+    fail_swallowed,
+    open_fake_route,
     open_test_route,
-    outer_cassette,
+    routed,
     vcr_config,
 )
 from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
@@ -128,9 +131,12 @@ class _Progress:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    # Unplayed interactions fail the test itself (not its teardown): checked as soon as its body
-    # returned cleanly. The cassette's own check at teardown is then skipped (the test failed).
+    # An error the test's code swallowed, and unplayed interactions, fail the test itself (not its
+    # teardown): checked as soon as its body returned cleanly. The checks at teardown are then
+    # skipped (the test failed).
     result = yield
+    for opened in list(item.stash.get(OPEN_ROUTES, ())):
+        fail_swallowed(item, opened)
     route = item.stash.get(ROUTE, None)
     if route is not None and route.kind == "replay" and route.handle is not None and route.handle.strict:
         route.handle.check_all_played()
@@ -229,7 +235,8 @@ def laya_fake_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Itera
     server = FakeLayaServer().start()
     try:
         pin_marker_answers(request, server.laya, laya_run)
-        yield server
+        with open_fake_route(request, laya_run, server.url):
+            yield server
     finally:
         server.stop()
     check_test_pins(request, laya_run, server.laya)
@@ -266,7 +273,7 @@ def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_conf
     """
     with open_test_route(request, laya_run) as route:
         if laya_run.url_env:
-            request.getfixturevalue("monkeypatch").setenv(laya_run.url_env, route.server.url)
+            laya_run.export_server(request.getfixturevalue("monkeypatch"), route.server)
         yield route.server
 
 
@@ -291,11 +298,11 @@ def laya_url(laya_server: ServerHandle, _laya_route: TestRoute) -> str:
 @pytest.fixture
 def laya_url_env(laya_server: ServerHandle, _laya_route: TestRoute, laya_run: LayaRun,
                  monkeypatch: pytest.MonkeyPatch) -> str:
-    """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) for the
-    test, for a service that reads its URL from the environment; returns the variable's name."""
-    name = laya_run.url_env or "LAYA_SERVED_URL"
-    monkeypatch.setenv(name, laya_server.url)
-    return name
+    """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) and its
+    API key into ``LAYA_SERVED_API_KEY`` (or the ini's ``laya_api_key_env``; unset when the server
+    has none) for the test, for a service that reads them from the environment; returns the URL
+    variable's name."""
+    return laya_run.export_server(monkeypatch, laya_server)
 
 
 @pytest.fixture
@@ -316,9 +323,7 @@ def _laya_network_guard(request: pytest.FixtureRequest, laya_run: LayaRun) -> It
     if not laya_run.block_network or "laya_server" in request.fixturenames:
         yield
         return
-    config = vcr_config(request)
-    with laya_run.switchboard().active([], outer=outer_cassette(request), block_network=True,
-                                       allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts):
+    with routed(request, laya_run, [], vcr_config(request)):
         yield
 
 

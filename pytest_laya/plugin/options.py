@@ -83,6 +83,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("laya_block_network", "default for --laya-block-network", type="bool", default=False)
     parser.addini("laya_url_env", "an environment variable every Laya test gets the server's URL in "
                   "(e.g. LAYA_SERVED_URL), for a service that reads its URL from the environment", default="")
+    parser.addini("laya_api_key_env", "the environment variable the server's API key goes in beside the URL "
+                  "(default LAYA_SERVED_API_KEY)", default="")
 
 
 def resolve(config: pytest.Config) -> LayaRun:
@@ -121,6 +123,7 @@ def resolve(config: pytest.Config) -> LayaRun:
     run.block_network = bool(block_network)
     run.prune = bool(opt.laya_prune)
     run.url_env = str(config.getini("laya_url_env") or "").strip() or None
+    run.api_key_env = str(config.getini("laya_api_key_env") or "").strip() or "LAYA_SERVED_API_KEY"
     if run.url:
         _check_url(run)
     return run

@@ -35,10 +35,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.wire.exchange import Exchange
 
-__all__ = ["ROUTE", "TestRoute", "open_test_route"]
+__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "fail_swallowed", "open_fake_route", "open_test_route", "routed"]
 
-#: Where a test's route is kept, for the fixtures and hooks that need it.
+#: Where a test's route is kept, for the fixtures and hooks that need it; and every route the
+#: test has open (its `laya_server`'s and its `laya_fake_server`'s).
 ROUTE = pytest.StashKey["TestRoute"]()
+OPEN_ROUTES = pytest.StashKey[list["TestRoute"]]()
+#: The summary section listing violations that failed no test (report mode, laya_fake_server).
+LISTED_VIOLATIONS = "spec violations (listed, not failing)"
 
 
 @dataclass
@@ -56,6 +60,10 @@ class TestRoute:
     recorded: list[Any] | None = None  # verify: the cassette's interactions (None: no cassette)
     violations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Whether a spec violation fails the test (--laya-conformance=enforce); laya_fake_server's route only lists them.
+    enforce: bool = True
+    #: Requests --laya-block-network refused while the route was the innermost one.
+    refused: list[BaseException] = field(default_factory=list)
 
     @property
     def exchanges(self) -> int:
@@ -63,7 +71,7 @@ class TestRoute:
 
     def swallowed(self) -> list[BaseException]:
         """Errors raised on the route (misses, violations, blocked hosts) that the test may have caught."""
-        return list(self.laya.errors) if self.laya is not None else []
+        return (list(self.laya.errors) if self.laya is not None else []) + self.refused
 
 
 # -- choosing the server and the route ------------------------------------------------------
@@ -79,7 +87,7 @@ def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
         provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
     return ServerHandle(url=run.url or REPLAY_URL, kind="replay", spec=_recorded_spec(run, provenance),
-                        recorded_from=source)
+                        recorded_from=source, api_key=run.api_key)
 
 
 def _recorded_spec(run: LayaRun, provenance: dict[str, Any]) -> str:
@@ -173,13 +181,19 @@ class _SpecCheck:
             self.run.note("gaps", f"{self.label} has no /health (the current spec lets it; the target requires it)")
         if not violations:
             return
+        handle = self.route.handle
         replayed = self.route.kind == "replay" and self.route.cassette_path is not None
+        enforced = self.run.conformance_mode == "enforce" and self.route.enforce
+        target = handle.shown_target(exchange.url) if handle is not None else path
         error = SpecViolationError(exchange, spec, violations, cassette=str(self.route.cassette_path) if replayed else None,
-                                   claimed_by=why)
-        text = self.route.handle.redact(str(error)) if self.route.handle is not None else str(error)
-        self.route.violations.append(text)
-        if self.run.conformance_mode == "enforce":
+                                   claimed_by=why, target=target, enforced=enforced)
+        redact = handle.redact if handle is not None else str
+        self.route.violations.append(redact(str(error)))
+        if enforced:
             raise error
+        for violation in violations:
+            self.run.note(LISTED_VIOLATIONS, redact(f"{self.route.nodeid}: {self.label} ({spec} spec): "
+                                                    f"{exchange.method} {target} -> {exchange.status}: {violation}"))
 
 
 # -- opening and closing a route -------------------------------------------------------------
@@ -220,16 +234,46 @@ class FromVcrConfig(dict[str, Any]):
 
 
 @contextlib.contextmanager
-def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
-                    server: ServerHandle | None = None) -> Iterator[TestRoute]:
+def routed(request: pytest.FixtureRequest, run: LayaRun, laya: list[LayaRoute], config: CassetteConfig,
+           refused: list[BaseException] | None = None) -> Iterator[None]:
+    """The test's requests through the run's switchboard: `laya` for its Laya servers, pytest-recording's
+    cassette or the network for other hosts, and --laya-block-network's refusals (kept in `refused`),
+    each showing its request through the project's filters and the kit's secret scrubbing."""
+    from pytest_laya.cassettes.scrub import Scrubber
+
+    scrubber = Scrubber(run.api_key, learn=True, config=config)
+    with run.switchboard().active(laya, outer=outer_cassette(request), block_network=run.block_network,
+                                  allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts,
+                                  shown=lambda sent: scrubber.shown_target(sent.uri, sent.headers), refused=refused):
+        yield
+
+
+def open_fake_route(request: pytest.FixtureRequest, run: LayaRun, url: str) -> contextlib.AbstractContextManager[TestRoute]:
+    """`laya_fake_server`'s route: whichever client calls the fake (at `url`) gets through
+    --laya-block-network, and every response is checked against the target spec and counted in the
+    conformance table under ``laya_fake_server``. A violation is listed, never failing the test:
+    the fake breaks its spec only where the test's fault script asks it to (`garbage_body()`)."""
+    from pytest_laya.servers.handle import ServerHandle
+
+    spec = run.spec if run.spec in ("current", "target") else "target"
+    server = ServerHandle(url=url, kind="fake", spec=spec, label="laya_fake_server")
+    return open_test_route(request, run, server, primary=False)
+
+
+@contextlib.contextmanager
+def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: ServerHandle | None = None, *,
+                    primary: bool = True) -> Iterator[TestRoute]:
     """Choose the test's server, open its cassette or capture, and route its traffic for the test;
     then save, check or compare what it recorded (`close_test_route`). `server` is a project's own
-    `laya_server` (see `_choose`)."""
+    `laya_server` (see `_choose`). The `primary` route is the test's `laya_server` (kept in the
+    stash; its violations fail the test); another (`open_fake_route`) is routed beside it."""
     from pytest_laya.intercept import LayaRoute
 
     server, kind, path = _choose(request, run, server)
-    route = TestRoute(nodeid=request.node.nodeid, server=server, kind=kind, cassette_path=path)
-    request.node.stash[ROUTE] = route
+    route = TestRoute(nodeid=request.node.nodeid, server=server, kind=kind, cassette_path=path, enforce=primary)
+    if primary:
+        request.node.stash[ROUTE] = route
+    request.node.stash.setdefault(OPEN_ROUTES, []).append(route)
     if path is not None:
         pytest_recording_clash(request, path)
         claim_cassette(request, run, path)
@@ -245,10 +289,8 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
     route.laya = LayaRoute(route.handle.cassette, kind="replay" if kind == "replay" else "record",
                            urls=_urls(run, server), observer=check, redact=route.handle.redact)
     route.handle.calls = route.laya.calls
-    outer = outer_cassette(request)
     try:
-        with run.switchboard().active([route.laya], outer=outer, block_network=run.block_network,
-                                      allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts):
+        with routed(request, run, [route.laya], config, refused=route.refused):
             yield route
     finally:
         try:
@@ -256,7 +298,9 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun,
         finally:
             # The route holds the cassette, every exchange and the spec check: let them go with
             # the test, not with the session (the item lives until the run ends).
-            del request.node.stash[ROUTE]
+            if primary:
+                del request.node.stash[ROUTE]
+            request.node.stash[OPEN_ROUTES].remove(route)
 
 
 def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRoute, check: _SpecCheck) -> None:
@@ -283,15 +327,25 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
         run.tests.append(_test_record(run, route, outcome, drift))
     if failed:
         return
-    swallowed = route.swallowed() if marker_options(request.node).get("caught_errors", "fail") == "fail" else []
-    if swallowed:
-        error = swallowed[0]
-        more = f"\n(and {len(swallowed) - 1} more error(s) on the same route)" if len(swallowed) > 1 else ""
-        pytest.fail(f"{type(error).__name__}: {error}\nThe code under test caught this error, so the test went on; "
-                    f"it still fails here (a test that asserts the error itself can say "
-                    f"@pytest.mark.laya(caught_errors='ignore')).{more}", pytrace=False)
+    fail_swallowed(request.node, route)
     if drift is not None and drift.drifted:
         pytest.fail(drift.report(), pytrace=False)
+
+
+def fail_swallowed(node: pytest.Item, route: TestRoute) -> None:
+    """Fail the test with the first error raised on `route` that its code caught (a service that
+    logs and carries on), unless its marker says ``caught_errors='ignore'``. Called when the test's
+    body returns, so the test itself fails, and again at teardown for what came later."""
+    if marker_options(node).get("caught_errors", "fail") != "fail":
+        return
+    swallowed = route.swallowed()
+    if not swallowed:
+        return
+    error = swallowed[0]
+    more = f"\n(and {len(swallowed) - 1} more error(s) on the same route)" if len(swallowed) > 1 else ""
+    pytest.fail(f"{type(error).__name__}: {error}\nThe code under test caught this error, so the test went on; "
+                f"it fails here all the same (a test that asserts the error itself can say "
+                f"@pytest.mark.laya(caught_errors='ignore')).{more}", pytrace=False)
 
 
 def _test_record(run: LayaRun, route: TestRoute, outcome: str | None, drift: Any) -> dict[str, Any]:
@@ -324,8 +378,23 @@ def _set_recorded_provenance(run: LayaRun, route: TestRoute, check: _SpecCheck) 
     except Exception:  # noqa: BLE001 - provenance never fails a test
         identity = None
     # A test (or a fixture of the project) may have named the server already (set_provenance).
-    server = (handle.provenance or {}).get("server") or route.server.kind
+    server = (handle.provenance or {}).get("server") or (
+        _server_seen(route, identity) if route.server.kind == "live" else route.server.kind)
     handle.set_provenance(server=server, spec=spec, identity=identity)
+
+
+def _server_seen(route: TestRoute, identity: Any) -> str:
+    """A live server as the recording saw it: the checkpoint that answered, else the ``Server``
+    header it sent, else the URL it was recorded from (credentials and query left out)."""
+    from pytest_laya.client.settings import redact_url
+
+    if identity is not None and getattr(identity, "checkpoint", None):
+        return str(identity.checkpoint)
+    for exchange in reversed(route.laya.exchanges if route.laya is not None else []):
+        name = exchange.headers.get("server")
+        if name:
+            return str(name)
+    return redact_url(route.server.url)
 
 
 def _changed_answers(run: LayaRun, route: TestRoute) -> list[str]:

@@ -78,8 +78,10 @@ class LayaRun:
     conformance_mode: str = "enforce"
     block_network: bool = False
     prune: bool = False
-    #: The environment variable each Laya test gets its server's URL in (ini laya_url_env), if any.
+    #: The environment variable each Laya test gets its server's URL in (ini laya_url_env), if any,
+    #: and the one its API key goes in beside it (ini laya_api_key_env).
     url_env: str | None = None
+    api_key_env: str = "LAYA_SERVED_API_KEY"
     #: One record per test that used Laya: its cassette, outcome, exchanges, violations, drift.
     tests: list[dict[str, Any]] = field(default_factory=list)
     #: Cassettes deleted by --laya-prune, relative to the rootdir.
@@ -99,9 +101,25 @@ class LayaRun:
         """How a server is named in the summary and the report (credentials in its URL hidden)."""
         from pytest_laya.client.settings import redact_url
 
+        if getattr(server, "label", None):
+            return str(server.label)
         if server.kind != "replay":
             return f"{server.kind} {redact_url(server.url)}"
         return f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
+
+    def export_server(self, monkeypatch: pytest.MonkeyPatch, server: Any) -> str:
+        """Put `server`'s URL (in `url_env`, default ``LAYA_SERVED_URL``) and API key (in
+        `api_key_env`; removed when the server has none) in the environment for one test, for a
+        service that reads them there; returns the URL variable's name."""
+        name = self.url_env or "LAYA_SERVED_URL"
+        monkeypatch.setenv(name, server.url)
+        key = server.api_key
+        plain = key.reveal() if hasattr(key, "reveal") else key
+        if plain:
+            monkeypatch.setenv(self.api_key_env, plain)
+        else:
+            monkeypatch.delenv(self.api_key_env, raising=False)
+        return name
 
     def health_of(self, server: Any) -> Health | None:
         """`server`'s /health, read once per URL and session (None when it has none or it failed)."""

@@ -31,8 +31,10 @@ class ServerHandle:
     spec: str = "current"
     api_key: str | None = field(default=None, repr=False)
     model: str | None = None
-    #: For a replayed server: the kind of server its cassette was recorded from, if it says.
+    #: For a replayed server: the server its cassette was recorded from, if it says.
     recorded_from: str | None = None
+    #: How the summary and the report name it (default: its kind and URL).
+    label: str | None = None
 
     def client(self, **kwargs) -> ServedLayaClient:
         return ServedLayaClient(self.url, api_key=self.api_key, model=self.model, **kwargs)

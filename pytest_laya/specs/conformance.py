@@ -25,7 +25,11 @@ class SpecViolationError(AssertionError):
     """A response broke the spec its server claims to implement."""
 
     def __init__(self, exchange: Exchange, spec: str, violations: list[Violation], *,
-                 cassette: str | None = None, claimed_by: str | None = None) -> None:
+                 cassette: str | None = None, claimed_by: str | None = None, target: str | None = None,
+                 enforced: bool = True) -> None:
+        """`target` is the request's path and query as the message may show them (the project's
+        filters applied; default `exchange.path`); `enforced` False: the run only reports violations,
+        so the message does not advise doing so."""
         self.violations = violations
         self.cassette = cassette
         self.spec = spec
@@ -37,11 +41,11 @@ class SpecViolationError(AssertionError):
         why = ""
         if claimed_by:
             other = "current" if spec == "target" else "target"
+            report = ", or --laya-conformance=report to list violations without failing" if enforced else ""
             why = (f"\nThe {spec} spec applies because {claimed_by}; pass --laya-spec {other} to hold this "
-                   f"server to the {other} spec instead, or --laya-conformance=report to list violations "
-                   f"without failing.")
+                   f"server to the {other} spec instead{report}.")
         super().__init__(
-            f"{exchange.method} {exchange.path} -> {exchange.status} breaks the {spec} spec "
+            f"{exchange.method} {target or exchange.path} -> {exchange.status} breaks the {spec} spec "
             f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}{why}"
         )
 

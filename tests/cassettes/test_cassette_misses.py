@@ -140,19 +140,27 @@ def test_short_values_are_shown_whole_up_to_the_limit():
     forty = "x" * 38  # 40 characters as JSON, with its quotes
     assert show_difference(forty, "y") == (f'"{forty}"', '"y"')
     assert show_difference("y", forty) == ('"y"', f'"{forty}"')
-    assert show_difference(forty + "x", "y") == ('"' + forty + 'x…', '"y"')
+    assert show_difference(forty + "x", "y") == ('"' + forty + '…"', '"y"')  # cut inside its quotes
 
 
 def test_long_values_are_shown_around_where_they_first_differ():
     before, after = "a" * 60, "z" * 60
     recorded, now = before + "OLD" + after, before + "NEW" + after
-    # The window (40 characters) opens 13 characters before the first difference (at 61).
+    # The window (38 characters inside the quotes) opens 12 characters before the first difference (at 60).
     shown = show_difference(recorded, now)
-    assert shown == ("…" + "a" * 13 + "OLD" + "z" * 24 + "…", "…" + "a" * 13 + "NEW" + "z" * 24 + "…")
+    assert shown == ('"…' + "a" * 12 + "OLD" + "z" * 23 + '…"', '"…' + "a" * 12 + "NEW" + "z" * 23 + '…"')
     # A difference near the start shows the start, with no leading ellipsis.
-    assert show_difference("OLD" + after, "NEW" + after) == ('"OLD' + "z" * 36 + "…", '"NEW' + "z" * 36 + "…")
-    # A difference near the end: no trailing ellipsis.
-    assert show_difference(before + "OLD", before + "NEW") == ("…" + "a" * 13 + 'OLD"', "…" + "a" * 13 + 'NEW"')
+    assert show_difference("OLD" + after, "NEW" + after) == ('"OLD' + "z" * 35 + '…"', '"NEW' + "z" * 35 + '…"')
+    # A difference near the end: no trailing ellipsis; both quotes stay.
+    assert show_difference(before + "OLD", before + "NEW") == ('"…' + "a" * 12 + 'OLD"', '"…' + "a" * 12 + 'NEW"')
+    # The documented example: a state that changed in its last words.
+    state = "I was charged twice for my order last week and want a refund for the duplicate payment"
+    assert show_difference(state, state.replace("duplicate", "duplicated")) == (
+        '"…he duplicate payment"', '"…he duplicated payment"')
+
+
+def test_a_long_value_other_than_a_string_is_cut_as_its_json():
+    assert show_difference({"a": "x" * 50}, {"a": "x" * 49 + "y"})[1].startswith("…") is True
 
 
 def test_a_value_that_only_grew_is_shown_where_it_grew():
@@ -173,7 +181,7 @@ def test_an_absent_side_is_named_and_a_long_present_one_cut():
     (b"", ""),
     (b"<html>", "<6 bytes, not JSON>"),
     (j({"state": "hi", "n": 1}), 'state="hi", n=1'),  # members in the order sent
-    (j({"state": "s" * 100}), 'state="' + "s" * 38 + "…"),  # each value cut to 40 characters
+    (j({"state": "s" * 100}), 'state="' + "s" * 37 + '…"'),  # each value cut to 40 characters, quotes kept
     (j([1, 2]), "[1,2]"),
     (j(["x" * 200]), '["' + "x" * 157 + "…"),  # anything else cut to 160
 ])

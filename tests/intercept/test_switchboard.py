@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from pytest_laya.faults import Handler, Respond, ScriptedServer
-from pytest_laya.intercept import Switchboard
+from pytest_laya.intercept import NetworkBlocked, Switchboard
 from pytest_laya.intercept.switchboard import _AttributePatch
 
 _MISSING = object()
@@ -107,10 +107,17 @@ def test_consecutive_activations_route_to_their_own_routes_and_leave_other_hosts
     assert seen_by_server == [f"/{when}-{name}" for name in ("first", "second", "third") for when in ("during", "between")]
 
 
-def test_one_activation_at_a_time():
+def test_activations_nest_the_inner_routes_first_until_they_end():
     board = Switchboard()
-    with board.active([]):
-        with pytest.raises(RuntimeError, match="already active"), board.active([]):
-            pass  # pragma: no cover
-    with board.active([]):
-        pass
+    outer, inner = Canned("laya.test:80", "outer"), Canned("laya.test:80", "inner")
+    fake = Canned("fake.test:80", "fake")
+    with httpx.Client() as client:
+        with board.active([outer], block_network=True):
+            with board.active([inner, fake], block_network=True):
+                assert client.post("http://laya.test/v1/systemone", json={}).json() == {"answer": "inner"}
+                assert client.post("http://fake.test/v1/systemone", json={}).json() == {"answer": "fake"}
+            # the inner activation ended: its routes are gone, the outer's answer again, still patched
+            assert client.post("http://laya.test/v1/systemone", json={}).json() == {"answer": "outer"}
+            with pytest.raises(NetworkBlocked):
+                client.post("http://fake.test/v1/systemone", json={})
+        assert board.laya == () and not board.block_network

@@ -96,8 +96,8 @@ def test_own_clients_record_replay_and_are_validated(pytester, laya_serve_like):
     report = pytester.path / "laya.json"
     replayed = run(pytester, f"--laya-report={report}")
     replayed.assert_outcomes(passed=4)
-    replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of live (current spec)", "cassettes: 4 played",
-                                   "*replay of live * current *0 violations in 4 responses"])
+    replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)", "cassettes: 4 played",
+                                   "*replay of fake-laya * current *0 violations in 4 responses"])
     assert len(laya_serve_like.requests) == served  # replay never reached the server
     tests = {record["test"].split("::")[1]: record for record in report_of(report)["tests"]}
     assert set(tests) == set(CLIENTS)
@@ -121,6 +121,13 @@ def test_a_hand_edited_cassette_fails_whichever_client_replays_it(pytester, laya
     listed.assert_outcomes(failed=4)
     assert "SpecViolationError" not in listed.stdout.str() and listed.stdout.str().count("assert 1.5 <= 1") >= 4
     assert all(any("got 1.5" in v for v in t["violations"]) for t in report_of(report)["tests"])
+    # ...in the terminal summary too: each with its test, server, spec and pointer
+    summary = listed.stdout.str().split("pytest-laya")[-1]
+    for client in CLIENTS:
+        assert f"test_it.py::{client}: replay of fake-laya (current spec): POST /v1/systemone -> 200: " \
+               f"/body/answers/refund/noul: expected <= 1, got 1.5" in summary
+    # and nothing advises the mode the run is already in
+    assert all("--laya-conformance=report" not in v for t in report_of(report)["tests"] for v in t["violations"])
 
 
 def test_laya_server_alone_never_opens_a_socket_in_replay(pytester, monkeypatch):
@@ -214,10 +221,12 @@ def test_service_catches_everything(laya_url):
     except Exception:
         pass  # a service that logs and carries on
 """)
-    result = run(pytester)
-    result.assert_outcomes(passed=1, errors=1)
+    result = run(pytester, "-rA")
+    result.assert_outcomes(failed=1)  # the test itself fails, not its teardown after a "passed"
     result.stdout.fnmatch_lines(["*CassetteMissing: no cassette for this test*",
-                                 "*The code under test caught this error*"])
+                                 "*The code under test caught this error*",
+                                 "FAILED test_it.py::test_service_catches_everything - *"])
+    assert "PASSED" not in result.stdout.str() and "ERROR at teardown" not in result.stdout.str()
 
 
 def test_spec_auto_follows_the_laya_spec_header(pytester):

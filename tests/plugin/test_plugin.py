@@ -12,6 +12,7 @@ import vcr.stubs.httpx_stubs  # noqa: F401
 import yaml
 
 from pytest_laya.fake import FakeLayaServer
+from pytest_laya.faults import Handler, Respond, ScriptedServer
 from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
@@ -328,7 +329,7 @@ def test_recording_writes_where_the_cassette_came_from(pytester):
         health_reads = [r for r in target.requests if r.path == "/health"]
     data = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")
     meta = data["metadata"]["pytest_laya"]
-    assert meta["server"] == "live" and meta["spec"] == "target"
+    assert meta["server"] == "tiny-laya" and meta["spec"] == "target"  # the weights that answered, not "live"
     assert meta["identity"] == {"checkpoint": "tiny-laya", "revision": "r42", "device": "cpu",
                                 "weights_dtype": "float32", "compiled": False, "source": "served_by"}
     # Only what the server says: nothing of the recording machine (its installed laya, its paths).
@@ -356,7 +357,7 @@ def test_an_unreadable_identity_never_fails_the_test(pytester):
         server.garbage_body(status=500).garbage_body(status=500)
         run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
     meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
-    assert meta["server"] == "live"
+    assert meta["server"] == "fake-laya"
     # No /health document: the weights are named as far as the recorded responses name them.
     assert meta["identity"] == {"checkpoint": "fake-laya", "source": "routing"}
 
@@ -367,11 +368,31 @@ def test_replay_holds_responses_to_the_spec_their_cassette_was_recorded_under(py
         record(pytester, target_server, "--laya-spec=target")
     replayed = run(pytester)
     replayed.assert_outcomes(passed=1)
-    replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of live (target spec)"])
+    replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (target spec)"])
     # The command line still wins over the recorded spec (and the target's answers meet the current spec too).
     held_to_current = run(pytester, "--laya-spec=current")
     held_to_current.assert_outcomes(passed=1)
-    held_to_current.stdout.fnmatch_lines(["mode: replay; servers: replay of live (current spec)"])
+    held_to_current.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)"])
+
+
+def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
+    from pytest_laya.fake import FakeLaya
+
+    laya = FakeLaya(flavor="laya-serve-0.4.15")
+
+    def answer(request):
+        if request.path != "/v1/systemone":
+            return Respond(404, {"detail": "Not Found"}, headers={"Server": "acme-jev/2.1"})
+        status, headers, body = laya.answer(json.loads(request.body))
+        body.pop("routing", None)
+        return Respond(status, body, headers={**headers, "Server": "acme-jev/2.1"})
+
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with ScriptedServer(default=Handler(answer)) as server:
+        run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
+    meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
+    assert meta["server"] == "acme-jev/2.1" and "identity" not in meta
+    run(pytester).stdout.fnmatch_lines(["mode: replay; servers: replay of acme-jev/2.1 (current spec)"])
 
 
 def test_a_replayed_response_that_breaks_the_spec_names_its_cassette(pytester, laya_serve_like):

@@ -62,9 +62,9 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
     # Strict replay on two workers plays every interaction; one process sees the same conformance.
     two = sub(pytester, "-n", "2", f"--laya-report={report}")
     two.assert_outcomes(passed=4)
-    two.stdout.fnmatch_lines(["mode: replay; servers: replay of live (current spec)",
+    two.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)",
                               "cassettes: 4 played",
-                              "  replay of live * current  operations 2/2, headers 4/4, 0 violations in 12 responses"])
+                              "  replay of fake-laya * current  operations 2/2, headers 4/4, 0 violations in 12 responses"])
     merged = json.loads(report.read_text())
     one = sub(pytester, f"--laya-report={report}")
     one.assert_outcomes(passed=4)
