@@ -172,7 +172,7 @@ def test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_
     result = check_command(pytester, server.url)
     result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS), xfailed=len(LAYA_SERVE_GAPS))
     result.stdout.fnmatch_lines([
-        f"  live {server.url} held to the current spec (it claims none (no Laya-Spec header, no \"spec\" in /health)); *",
+        f"  live {server.url} held to the current spec (it claims none, with no Laya-Spec header and no \"spec\" in /health); *",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
     ])
@@ -265,7 +265,7 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - len(LAYA_SERVE_GAPS) - 1, skipped=TOKEN_CHECKS,
                            xfailed=len(LAYA_SERVE_GAPS) + 1)
     result.stdout.fnmatch_lines([
-        f"  live {jev.url} held to the current spec (it claims none *",
+        f"  live {jev.url} held to the current spec (it claims none, *",
         "  no /health: GET /health answered 404; identity comes from the answers, limits from the spec",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: GET /health answered 404: the server has no /health*" for name in health_checks],
