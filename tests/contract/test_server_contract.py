@@ -186,6 +186,30 @@ def test_check_without_a_spec_holds_the_reference_server_to_the_target_it_claims
     assert "target gaps" not in result.stdout.str()
 
 
+# -- (b'') a keyed server without its key: one usage error, not a failure per check ----------
+
+@pytest.mark.parametrize("which", ["reference_keyed", "laya_serve"])
+def test_check_without_the_key_of_a_keyed_server_is_one_usage_error(pytester, request, monkeypatch, which):
+    monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+    server = request.getfixturevalue(which)
+    result = check_command(pytester, server.url, api_key=None)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*the server asks for an API key: POST /v1/systemone without one answered 401; "
+                                 "pass it with --api-key KEY (or set LAYA_SERVED_API_KEY)*"])
+    assert "FAILED" not in result.stdout.str() and "api_key=" not in result.stdout.str()
+    assert not result.parseoutcomes().get("failed")
+
+
+def test_a_wrong_key_is_one_usage_error_under_pytest_too_and_never_shown(pytester, reference_keyed, monkeypatch):
+    monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+    wrong = "sk-wrong-key-31f0c7"
+    result = run(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", f"--laya-api-key={wrong}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*the server refused the API key given: POST /v1/systemone answered 401; "
+                                 "check the key passed with --laya-api-key KEY (or LAYA_SERVED_API_KEY)*"])
+    assert wrong not in result.stdout.str() + result.stderr.str()
+
+
 # -- (c) broken servers fail, on the check that names the fault ------------------------------
 # A broken server for every check, each failing exactly that check: test_server_contract_twins.py.
 
@@ -351,13 +375,19 @@ def test_summary_notes_merge_from_workers_once_each():
 
 def test_python_m_pytest_laya_check_runs_the_contract_end_to_end(reference_keyed, tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest_laya", "check", reference_keyed.url,
-                           "--api-key", KEY, "--", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                           "--api-key", KEY], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"{CHECKS} passed" in done.stdout
     assert "held to the target spec (its Laya-Spec header says target)" in done.stdout
     assert "conformance (each server's responses, against each spec):" in done.stdout
     assert KEY not in done.stdout + done.stderr
     assert not (tmp_path / ".pytest_cache").exists()
+    # The header names what is checked, not pytest's rootdir and config file of this isolated run.
+    header = done.stdout.split("test session starts")[1].split("collected")[0]
+    assert f"python -m pytest_laya check {reference_keyed.url}: the HTTP contract of a served Laya" in header
+    assert "rootdir:" not in header and "configfile:" not in header and "dev/null" not in done.stdout
+    # Progress lines show no path into the installed package.
+    assert "suites/server.py" not in done.stdout.split("pytest-laya ==")[0]
 
 
 @pytest.mark.parametrize("argv, words", [
