@@ -23,6 +23,7 @@ __all__ = ["main", "pytest_arguments"]
 PROG = "python -m pytest_laya"
 USAGE = f"{PROG} check URL [--spec auto|current|target] [--api-key KEY] [-- PYTEST_ARGS...]"
 SUITE = "pytest_laya.suites.server"
+CHECK_PLUGIN = "pytest_laya.suites.check_command"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -64,7 +65,11 @@ def pytest_arguments(url: str, *, spec: str = "auto", api_key: str | None = None
         "--laya-mode=live", f"--laya-url={url}", *([f"--laya-spec={spec}"] if spec != "auto" else []),
         # The same run from any directory: no ini file, no cache, rootdir at the suite.
         "-c", os.devnull, "--rootdir", str(Path(__file__).resolve().parent / "suites"),
+        # ...and whose header says what is checked (CHECK_PLUGIN), not that rootdir and ini file.
+        "--no-header",
         "-p", "no:cacheprovider", "-p", "no:asyncio",
+        # How the run speaks to a user of this command (its flags, its header).
+        "-p", CHECK_PLUGIN,
         "-ra",
         # `python -m pytest_laya` imported the package before pytest could mark it for rewriting.
         "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",

@@ -14,6 +14,11 @@ interaction, and the live answer is compared with the recorded one:
 * the body: JSON compared value by value, numbers within an absolute `tolerance` (default
   `DEFAULT_TOLERANCE`, for the float noise between machines and library builds), everything
   else exactly; any other body byte for byte.
+* except, in a ``/health`` document, what the server happens to hold rather than what it is
+  (`HEALTH_LOAD_MEMBERS`): laya-serve loads a checkpoint on first use and keeps a few, so
+  ``loaded`` and ``cpu_fallbacks`` follow the requests it served before, whoever sent them
+  (compared by kind only: a list stays a list), and ``revisions`` and ``checkpoint_devices``,
+  keyed by loaded model, are compared for the models both documents list.
 
 Pairing uses the cassette matching rule (method, path, query and canonical JSON body), in
 recorded order, each recorded interaction used once. A recorded interaction the test no longer
@@ -34,9 +39,11 @@ from typing import Any
 
 from pytest_laya.cassettes.matching import match_key
 from pytest_laya.wire.pointer import join
+from pytest_laya.wire.routes import HEALTH_PATH
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "HEALTH_LOAD_MEMBERS",
     "InteractionCheck",
     "CassetteVerification",
     "compare_responses",
@@ -47,6 +54,17 @@ __all__ = [
 DEFAULT_TOLERANCE = 1e-4
 #: Headers verify does not compare: derived from the body, which is compared with the tolerance.
 UNCOMPARED_HEADERS = frozenset({"content-length"})
+#: /health members that depend on what the server has loaded (laya-serve 0.4.15, and the
+#: reference server's copies of its fields): member -> how verify compares it. "kind": only its
+#: JSON kind (a list stays a list); "shared keys": a map by loaded model, compared for the
+#: models both documents list. Recorded from LayaServeProcess after different prior loads:
+#: tests/plugin/test_verify.py.
+HEALTH_LOAD_MEMBERS = {
+    "loaded": "kind",
+    "cpu_fallbacks": "kind",
+    "revisions": "shared keys",
+    "checkpoint_devices": "shared keys",
+}
 _SHOW = 60
 _SHOW_DIFFERENCES = 8
 _ABSENT: Any = object()
@@ -153,6 +171,27 @@ def _body(response: Mapping[str, Any]) -> bytes:
     return bytes(raw)
 
 
+def _kind(value: Any) -> type:
+    return float if _is_number(value) else type(value)
+
+
+def _stable_health(recorded: Any, live: Any) -> tuple[Any, Any]:
+    """Both /health documents with the members that follow the server's load reduced (`HEALTH_LOAD_MEMBERS`)."""
+    if not (isinstance(recorded, dict) and isinstance(live, dict)):
+        return recorded, live
+    recorded, live = dict(recorded), dict(live)
+    for name, how in HEALTH_LOAD_MEMBERS.items():
+        if name not in recorded or name not in live:
+            continue  # a member that comes or goes is a different server, not a different load
+        mine, theirs = recorded[name], live[name]
+        if how == "shared keys" and isinstance(mine, dict) and isinstance(theirs, dict):
+            recorded[name] = {k: v for k, v in mine.items() if k in theirs}
+            live[name] = {k: v for k, v in theirs.items() if k in mine}
+        elif how == "kind" and _kind(mine) == _kind(theirs):
+            recorded[name] = live[name] = None  # the same on both sides: no difference to report
+    return recorded, live
+
+
 def _show(value: Any) -> str:
     if value is _ABSENT:
         return "absent"
@@ -192,9 +231,10 @@ def _parse(raw: bytes) -> Any:
 
 
 def compare_responses(recorded: Mapping[str, Any], live: Mapping[str, Any], *,
-                      tolerance: float = DEFAULT_TOLERANCE) -> list[str]:
+                      tolerance: float = DEFAULT_TOLERANCE, path: str | None = None) -> list[str]:
     """How the live response differs from the recorded one (both vcrpy response dicts, both
-    already normalised by the cassette layer); empty when it still matches."""
+    already normalised by the cassette layer); empty when it still matches. `path` is the
+    request's (a ``/health`` document's load members are compared as `HEALTH_LOAD_MEMBERS` says)."""
     differences: list[str] = []
     (code_r, message_r), (code_l, message_l) = _status(recorded), _status(live)
     if (code_r, message_r) != (code_l, message_l):
@@ -212,6 +252,8 @@ def compare_responses(recorded: Mapping[str, Any], live: Mapping[str, Any], *,
     if body_r != body_l:
         parsed_r, parsed_l = _parse(body_r), _parse(body_l)
         if parsed_r is not _ABSENT and parsed_l is not _ABSENT:
+            if path == HEALTH_PATH:
+                parsed_r, parsed_l = _stable_health(parsed_r, parsed_l)
             _json_differences(parsed_r, parsed_l, "", tolerance, differences)
         else:
             differences.append(f"body (recorded {_show(body_r.decode('utf-8', 'replace'))}, "
@@ -246,7 +288,8 @@ def verify_interactions(recorded: Sequence[tuple[Any, Mapping[str, Any]]],
             continue
         index = slots.pop(0)
         verdicts[index] = InteractionCheck(index + 1, _describe(request),
-                                           tuple(compare_responses(recorded[index][1], response, tolerance=tolerance)))
+                                           tuple(compare_responses(recorded[index][1], response, tolerance=tolerance,
+                                                                 path=request.path)))
     checks = [verdicts.get(index) or InteractionCheck(
         index + 1, _describe(request), ("the test no longer sends this request",), kind="not sent")
         for index, (request, _) in enumerate(recorded)]

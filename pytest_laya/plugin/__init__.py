@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin import options, summary
-from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
+from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, find_shared_cassettes
 from pytest_laya.plugin.markers import MARKER_HELP, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
     OPEN_ROUTES,
@@ -114,6 +114,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if run is not None:
         run.modules.update(Path(item.path) for item in session.items)
         run.collected = max(run.collected, len(session.items))
+        find_shared_cassettes(session.config, session.items, run)
 
 
 class _Progress:

@@ -2,9 +2,12 @@
 
 The file is named from the test's whole node id (`pytest_laya.cassettes.naming`), beside the test
 module by default or under ``--laya-cassette-dir``; ``@pytest.mark.laya(cassette=...)`` names it
-instead, inside the cassette directory. Two tests may not share a file (per process; across
-pytest-xdist workers the controller says so), and a file pytest-recording's ``vcr`` marker would
-also use is refused.
+instead, inside the cassette directory. Two tests may not share a file: recording would keep
+one test's interactions and lose the other's, replay would leave one test's unplayed. Sharing
+is found when the tests are collected (`find_shared_cassettes`), where every pytest-xdist
+worker sees every test, so each of those tests is an error before it runs, naming all of them
+and the file, and nothing is written to it. A file pytest-recording's ``vcr`` marker would also
+use is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, conf
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["cassette_file", "cassette_location", "claim_cassette", "pytest_recording_clash"]
+__all__ = ["cassette_file", "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
+
+#: Test node id -> (the cassette file, every collected test that would use it, in collection order),
+#: for the tests that share a file with another.
+SHARED = pytest.StashKey[dict[str, tuple[Path, tuple[str, ...]]]]()
 
 
 def cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
@@ -57,16 +64,51 @@ def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:
                     f"(or pytest-recording's with @pytest.mark.default_cassette(...)).", pytrace=False)
 
 
+def _uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
+    """Whether the test will read or write a cassette file (the route `_choose` would give it)."""
+    if "laya_server" not in getattr(item, "fixturenames", ()) or run.mode in ("live", "fake"):
+        return False
+    return marker_options(item).get("server") != "fake"
+
+
+def find_shared_cassettes(config: pytest.Config, items: list[pytest.Item], run: LayaRun) -> None:
+    """After collection: note every test whose cassette file another collected test uses too."""
+    users: dict[Path, list[str]] = {}
+    files: dict[Path, Path] = {}
+    for item in items:
+        if not _uses_a_cassette(item, run):
+            continue
+        try:
+            path = cassette_file(*cassette_location(item, run))
+        except pytest.UsageError:
+            continue  # a bad marker: the test's setup reports it
+        key = Path(os.path.normcase(str(path)))
+        users.setdefault(key, []).append(item.nodeid)
+        files.setdefault(key, path)
+    config.stash[SHARED] = {nodeid: (files[key], tuple(nodeids))
+                            for key, nodeids in users.items() if len(nodeids) > 1 for nodeid in nodeids}
+
+
+def _sharing(path: Path, nodeids: tuple[str, ...]) -> str:
+    two = len(nodeids) == 2
+    others = "other's" if two else "others'"
+    named = ", ".join(nodeids[:-1]) + f" and {nodeids[-1]}"
+    return (f"{named} {'both' if two else 'all'} use the cassette {path}: recording would keep only one test's "
+            f"interactions, and replay would leave the {others} unplayed. "
+            f"{'Neither' if two else 'None of them'} ran, and nothing was written to that file. Give each test "
+            f"its own cassette (drop @pytest.mark.laya(cassette=...), or name another file).")
+
+
 def claim_cassette(request: pytest.FixtureRequest, run: LayaRun, path: Path) -> None:
-    """Record that this test owns `path`; fail it if another test of this process owns it already.
+    """Record that this test owns `path`; fail it if another collected test uses it too.
 
     Paths are compared as the platform compares them (`os.path.normcase`: case-folded on Windows).
     """
+    run.used_cassettes.add(path)  # the test's, whatever happens to it below (never an unused file)
+    shared = request.config.stash.get(SHARED, {}).get(request.node.nodeid)
+    if shared is not None:
+        pytest.fail(_sharing(*shared), pytrace=False)
     key = Path(os.path.normcase(str(path)))
     owner = run.cassette_owners.setdefault(key, request.node.nodeid)
-    if owner != request.node.nodeid:
-        pytest.fail(f"{request.node.nodeid} and {owner} both use the cassette {path}: recording would keep "
-                    f"only one test's interactions, and replay would leave the other's unplayed. Give each "
-                    f"test its own cassette (drop @pytest.mark.laya(cassette=...), or name another file).",
-                    pytrace=False)
-    run.used_cassettes.add(path)  # the test owns it, whatever happens to it below
+    if owner != request.node.nodeid:  # not seen at collection (a test added to the session later)
+        pytest.fail(_sharing(path, (owner, request.node.nodeid)), pytrace=False)

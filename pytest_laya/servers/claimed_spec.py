@@ -42,4 +42,4 @@ def claimed_spec_of(headers: Mapping[str, str] | None, health: Health | Mapping[
     document = health if isinstance(health, Health) else Health(health) if isinstance(health, Mapping) else None
     if document is not None and document.spec is not None:
         return ClaimedSpec(document.spec, f'its /health says "spec": "{document.spec}"')
-    return ClaimedSpec(DEFAULT_SPEC, f'it claims none (no {SPEC_HEADER} header, no "spec" in /health)')
+    return ClaimedSpec(DEFAULT_SPEC, f'it claims none, with no {SPEC_HEADER} header and no "spec" in /health')

@@ -154,8 +154,10 @@ def _lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None
 def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:
     """(extra path, expected, actual) for one leaf error, in words a test reader wants."""
     keyword, value, instance = error.validator, error.validator_value, error.instance
-    if keyword == "required":
-        missing = next((name for name in value if isinstance(instance, Mapping) and name not in instance), None)
+    if keyword == "required" and isinstance(instance, Mapping):
+        # jsonschema raises one error per missing name, its message starting with the name's repr.
+        absent = [name for name in value if name not in instance]
+        missing = next((name for name in absent if error.message.startswith(repr(name))), absent[0] if absent else None)
         if missing is not None:
             return [missing], "a required property", "absent"
     if keyword == "additionalProperties" and isinstance(instance, Mapping):

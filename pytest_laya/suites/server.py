@@ -36,6 +36,7 @@ from pytest_laya.suites.server_under_test import (
     Check,
     ServerUnderTest,
     json_body,
+    key_option,
     parse_limit_options,
     resolve_limits,
     resolve_spec,
@@ -97,9 +98,13 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
         overrides = parse_limit_options(request.config.getoption("laya_limit") or [])
     except ValueError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
-    server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key)
+    server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key, key_flag=key_option(request.config))
     # Read once for the claimed spec and the limits; the health checks read it again, validated.
     first = server.send("GET", "/health", observe=False)
+    refusal = server.key_refusal(first, GOOD)
+    if refusal:  # every check would fail on the same 401: one line instead
+        server.close()
+        pytest.exit(refusal, returncode=pytest.ExitCode.USAGE_ERROR)
     server.health_status = first.status
     server.health = json_body(first) if first.status == 200 else None
     claim = resolve_spec(laya_run.spec, first, server.health)
@@ -167,7 +172,7 @@ def _answers(check: Check, raw: Any, questions: Mapping[str, Any], where: str) -
 
 def _needs_key(check: Check) -> None:
     if not check.server.api_key:
-        pytest.skip("no --laya-api-key given: the token checks need the server's key")
+        pytest.skip(f"no {check.server.key_flag} given: the token checks need the server's key")
 
 
 def _same(check: Check, what: str, reference: Decision | Mapping[str, Any], other: Mapping[str, Any],

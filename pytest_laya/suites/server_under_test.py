@@ -46,6 +46,8 @@ __all__ = [
     "ServerUnderTest",
     "Check",
     "CONTRACT_SECTION",
+    "KEY_OPTION",
+    "key_option",
     "BEHAVIOUR_GAPS_SECTION",
     "RULE_GAPS_SECTION",
     "MEASURED_SECTION",
@@ -70,6 +72,9 @@ DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
     "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
     "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
 }
+#: How this run is given the server's key, for messages (``--laya-api-key`` unless a front end,
+#: such as ``python -m pytest_laya check``, stashes its own flag here).
+KEY_OPTION = pytest.StashKey[str]()
 _BODY_SHOWN = 300
 _LINE_MAX = 220
 
@@ -126,6 +131,11 @@ def resolve_limits(spec_name: str, health: Any, overrides: Mapping[str, int]) ->
     return Limits(**values, sources=sources)
 
 
+def key_option(config: pytest.Config) -> str:
+    """The flag that gives this run the server's key, as the user typed the command."""
+    return config.stash.get(KEY_OPTION, "--laya-api-key")
+
+
 def resolve_spec(chosen: str | None, first: Exchange, health: Any) -> ClaimedSpec:
     """The spec the run holds the server to: `chosen` (--laya-spec), else the one it claims.
 
@@ -141,8 +151,11 @@ class ServerUnderTest:
     """One server, held to `spec_name`: raw requests and the served client, both observed."""
 
     def __init__(self, *, url: str, spec_name: str, api_key: Any,
-                 observe: Callable[[Exchange], None] | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 observe: Callable[[Exchange], None] | None = None, timeout_s: float = REQUEST_TIMEOUT_S,
+                 key_flag: str = "--laya-api-key") -> None:
         self.url = url
+        #: The flag the user gives the key with, for the messages that ask for it.
+        self.key_flag = key_flag
         self.spec_name = spec_name
         from pytest_laya.client.secret import Secret
 
@@ -209,6 +222,21 @@ class ServerUnderTest:
         if observe:
             self.observe(exchange, defer=True)
         return exchange
+
+    def key_refusal(self, health: Exchange, payload: Any) -> str | None:
+        """Why no check can pass with this run's key (None: the server takes it, or needs none).
+
+        A keyed server refuses every request without its key, but its /health may answer anyway
+        (liveness), so unless `health` was refused, one decision (`payload`) is asked first.
+        """
+        x = health if health.status == 401 else self.post(payload, observe=False)
+        if x.status != 401:
+            return None
+        if self.api_key:
+            return (f"the server refused the API key given: {x.method} {x.path} answered 401; check the key "
+                    f"passed with {self.key_flag} KEY (or LAYA_SERVED_API_KEY)")
+        return (f"the server asks for an API key: {x.method} {x.path} without one answered 401; pass it with "
+                f"{self.key_flag} KEY (or set LAYA_SERVED_API_KEY)")
 
     def post(self, payload: Any, path: str = DECIDE_PATH, **kwargs: Any) -> Exchange:
         """POST `payload` as JSON (the way a client would send it) to `path`."""

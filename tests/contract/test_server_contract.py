@@ -162,7 +162,7 @@ def test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_
     result = check_command(pytester, server.url)
     result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS), xfailed=len(LAYA_SERVE_GAPS))
     result.stdout.fnmatch_lines([
-        f"  live {server.url} held to the current spec (it claims none (no Laya-Spec header, no \"spec\" in /health)); *",
+        f"  live {server.url} held to the current spec (it claims none, with no Laya-Spec header and no \"spec\" in /health); *",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
     ])
@@ -174,6 +174,30 @@ def test_check_without_a_spec_holds_the_reference_server_to_the_target_it_claims
     result.assert_outcomes(passed=CHECKS)
     result.stdout.fnmatch_lines([f"  live {reference_keyed.url} held to the target spec (its Laya-Spec header says target); *"])
     assert "target gaps" not in result.stdout.str()
+
+
+# -- (b'') a keyed server without its key: one usage error, not a failure per check ----------
+
+@pytest.mark.parametrize("which", ["reference_keyed", "laya_serve"])
+def test_check_without_the_key_of_a_keyed_server_is_one_usage_error(pytester, request, monkeypatch, which):
+    monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+    server = request.getfixturevalue(which)
+    result = check_command(pytester, server.url, api_key=None)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*the server asks for an API key: POST /v1/systemone without one answered 401; "
+                                 "pass it with --api-key KEY (or set LAYA_SERVED_API_KEY)*"])
+    assert "FAILED" not in result.stdout.str() and "api_key=" not in result.stdout.str()
+    assert not result.parseoutcomes().get("failed")
+
+
+def test_a_wrong_key_is_one_usage_error_under_pytest_too_and_never_shown(pytester, reference_keyed, monkeypatch):
+    monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+    wrong = "sk-wrong-key-31f0c7"
+    result = run(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", f"--laya-api-key={wrong}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*the server refused the API key given: POST /v1/systemone answered 401; "
+                                 "check the key passed with --laya-api-key KEY (or LAYA_SERVED_API_KEY)*"])
+    assert wrong not in result.stdout.str() + result.stderr.str()
 
 
 # -- (c) broken servers fail, on the check that names the fault ------------------------------
@@ -255,7 +279,7 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - len(LAYA_SERVE_GAPS) - 1, skipped=TOKEN_CHECKS,
                            xfailed=len(LAYA_SERVE_GAPS) + 1)
     result.stdout.fnmatch_lines([
-        f"  live {jev.url} held to the current spec (it claims none *",
+        f"  live {jev.url} held to the current spec (it claims none, *",
         "  no /health: GET /health answered 404; identity comes from the answers, limits from the spec",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: GET /health answered 404: the server has no /health*" for name in health_checks],
@@ -341,13 +365,19 @@ def test_summary_notes_merge_from_workers_once_each():
 
 def test_python_m_pytest_laya_check_runs_the_contract_end_to_end(reference_keyed, tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest_laya", "check", reference_keyed.url,
-                           "--api-key", KEY, "--", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                           "--api-key", KEY], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"{CHECKS} passed" in done.stdout
     assert "held to the target spec (its Laya-Spec header says target)" in done.stdout
     assert "conformance (each server's responses, against each spec):" in done.stdout
     assert KEY not in done.stdout + done.stderr
     assert not (tmp_path / ".pytest_cache").exists()
+    # The header names what is checked, not pytest's rootdir and config file of this isolated run.
+    header = done.stdout.split("test session starts")[1].split("collected")[0]
+    assert f"python -m pytest_laya check {reference_keyed.url}: the HTTP contract of a served Laya" in header
+    assert "rootdir:" not in header and "configfile:" not in header and "dev/null" not in done.stdout
+    # Progress lines show no path into the installed package.
+    assert "suites/server.py" not in done.stdout.split("pytest-laya ==")[0]
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -415,9 +415,10 @@ def test_two_tests_cannot_share_a_cassette(pytester, laya_serve_like):
     shared = TEST_DECIDE.replace("def test_refund", "import pytest\n\n@pytest.mark.laya(cassette='shared.yaml')\ndef test_refund")
     pytester.makepyfile(test_it=shared + shared.replace("def test_refund", "def test_refund_again").replace("import pytest\n", ""))
     result = run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*test_it.py::test_refund_again and test_it.py::test_refund both use the cassette "
+    result.assert_outcomes(errors=2)  # both, before either records: no test keeps half the file
+    result.stdout.fnmatch_lines(["*test_it.py::test_refund and test_it.py::test_refund_again both use the cassette "
                                  "*shared.yaml*Give each test its own cassette*"])
+    assert not (pytester.path / "cassettes" / "shared.yaml").exists()
 
 
 # -- async -------------------------------------------------------------------------------

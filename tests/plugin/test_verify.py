@@ -14,6 +14,7 @@ import httpx  # noqa: F401
 import pytest
 import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
+import yaml
 
 from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE, compare_responses
 from pytest_laya.fake import FakeLayaServer
@@ -231,3 +232,74 @@ def test_types_and_non_json_bodies_compare_exactly():
     assert compare_responses(response(body=b'{"a": 1}'), response(body=b'{"a": 1.0}')) == []
     assert compare_responses(response(body=b"backend unavailable\n"), response(body=b"backend timed out\n")) == [
         'body (recorded "backend unavailable\\n", now "backend timed out\\n")']
+
+
+# -- /health: what the server happens to hold is not what it is -----------------------------------
+# Recorded from laya-serve 0.4.15 (LayaServeProcess on the tiny checkpoint): a fresh server, and
+# one that answered a decision routed to "english" and then one naming "multilingual". It loads a
+# checkpoint on first use and holds a few, so these members follow the requests served before.
+HEALTH_FRESH = (b'{"status":"ok","loaded":["tiny"],"revisions":{"tiny":null},"device":"cpu",'
+                b'"device_is_preference":false,"checkpoint_devices":{"tiny":"cpu"},'
+                b'"cpu_fallbacks":{"tiny":{"count":0,"last_reason":null}}}')
+HEALTH_AFTER_LOADS = (b'{"status":"ok","loaded":["english","multilingual"],"revisions":{"english":null,'
+                      b'"multilingual":null},"device":"cpu","device_is_preference":false,"checkpoint_devices":'
+                      b'{"english":"cpu","multilingual":"cpu"},"cpu_fallbacks":{"english":{"count":0,"last_reason":null},'
+                      b'"multilingual":{"count":0,"last_reason":null}}}')
+
+
+def health_compared(recorded: bytes, live: bytes) -> list[str]:
+    return compare_responses(response(body=recorded), response(body=live), path="/health")
+
+
+def test_health_members_that_follow_what_the_server_loaded_are_not_drift():
+    assert health_compared(HEALTH_FRESH, HEALTH_AFTER_LOADS) == []
+    # On any other path the same bodies differ: only /health has volatile members.
+    assert compare_responses(response(body=HEALTH_FRESH), response(body=HEALTH_AFTER_LOADS))
+
+
+@pytest.mark.parametrize("live, difference", [
+    (HEALTH_FRESH.replace(b'"status":"ok"', b'"status":"degraded"'), 'body at /status (recorded "ok", now "degraded")'),
+    (HEALTH_FRESH.replace(b'"device":"cpu"', b'"device":"cuda"'), 'body at /device (recorded "cpu", now "cuda")'),
+    # A model both documents list: its revision and device are the server's, and compared.
+    (HEALTH_FRESH.replace(b'"revisions":{"tiny":null}', b'"revisions":{"tiny":"abc123"}'),
+     'body at /revisions/tiny (recorded null, now "abc123")'),
+    (HEALTH_FRESH.replace(b'"checkpoint_devices":{"tiny":"cpu"}', b'"checkpoint_devices":{"tiny":"cuda:0"}'),
+     'body at /checkpoint_devices/tiny (recorded "cpu", now "cuda:0")'),
+    # A member's kind, or the member itself, changing is a different server, not a different load.
+    (HEALTH_FRESH.replace(b'"loaded":["tiny"]', b'"loaded":"tiny"'), 'body at /loaded (recorded ["tiny"], now "tiny")'),
+    (HEALTH_FRESH.replace(b'"loaded":["tiny"],', b''), 'body at /loaded (recorded ["tiny"], now absent)'),
+])
+def test_what_the_server_is_in_health_is_still_compared(live, difference):
+    assert health_compared(HEALTH_FRESH, live) == [difference]
+
+
+@pytest.fixture(scope="module")
+def real_laya_serve():
+    pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
+    from pytest_laya.servers.laya_serve import LayaServeProcess
+    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+
+    with LayaServeProcess(embedded_checkpoint_dir()) as server:
+        yield server
+
+
+def test_verify_against_laya_serve_that_loaded_other_models_since_the_recording_is_no_drift(pytester, real_laya_serve):
+    # laya-serve's answers carry no served_by, so the client reads /health after each: the
+    # cassette holds a /health of whatever the server had loaded at that moment.
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    result = run(pytester, "--laya-record", f"--laya-url={real_laya_serve.url}")
+    result.assert_outcomes(passed=1)
+    [cassette] = (pytester.path / "cassettes").rglob("*.yaml")
+    [recorded] = [json.loads(i["response"]["body"]["string"])["loaded"]
+                  for i in yaml.safe_load(cassette.read_text())["interactions"] if i["request"]["uri"].endswith("/health")]
+    # Another client of the server, between the recording and verify; then the test's own
+    # (default-routed) decision, as verify will send it.
+    for model in ("multilingual", None):
+        httpx.post(real_laya_serve.url + "/v1/systemone", timeout=60, json={
+            "state": "I was charged twice. Refund me.", **({"model": model} if model else {}),
+            "questions": {"q": {"type": "noul", "instructions": "Is it fine?"}}})
+    now = httpx.get(real_laya_serve.url + "/health", timeout=10).json()["loaded"]
+    assert now != recorded, f"the server's load must differ from the recording's ({recorded}) for this test"
+    result = run(pytester, "--laya-mode=verify", f"--laya-url={real_laya_serve.url}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["verify: 1 cassette, 2 of 2 interactions match, 0 cassettes drifted*"])

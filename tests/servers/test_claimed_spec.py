@@ -30,3 +30,4 @@ def test_a_server_that_claims_nothing_is_held_to_the_current_spec(headers, healt
     claim = claimed_spec_of(headers, health)
     assert claim.name == "current"
     assert "claims none" in claim.reason
+    assert "(" not in claim.reason  # summaries show the reason in parentheses: none nested

@@ -42,6 +42,16 @@ def test_violation_says_where_what_was_expected_and_what_came():
     assert found.rule.startswith("#/paths/~1v1~1systemone/post/responses/200")
 
 
+def test_each_missing_required_property_is_named_once():
+    # jsonschema reports one `required` error per missing name; each names its own property.
+    target = Spec.target()
+    headers = {**JSON, "x-request-id": "r"}
+    found = [x.where for x in target.violations("POST", "/v1/systemone", 200, headers, {"answers": {}})]
+    assert sorted(w for w in found if w.startswith("/body/")) == ["/body/model", "/body/served_by", "/body/usage"]
+    [health] = target.violations("GET", "/health", 200, headers, {"status": "ok", "loaded": []})
+    assert "/ready a required property; /models a required property; /limits a required property" in health.expected
+
+
 def test_every_problem_is_reported_not_just_the_first():
     body = dict(OK_BODY, model=3, usage={"input_tokens": -1, "output_tokens": 0})
     where = {x.where for x in v(Spec.current(), body)}
