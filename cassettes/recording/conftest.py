@@ -9,6 +9,7 @@ Each cassette's provenance names the server kind it came from (``reference``,
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,14 +43,52 @@ def _start(kind: str, config: str) -> Any:
     raise ValueError(f"unknown server kind {kind!r}")
 
 
+def _configs_selected(request: pytest.FixtureRequest) -> list[str]:
+    """The server configurations this module's selected tests need (a warming one is per test)."""
+    needed = {item.callspec.params["case"].server for item in request.session.items
+              if item.module is request.module and hasattr(item, "callspec") and "case" in item.callspec.params}
+    return sorted(needed - {"warming"})
+
+
+def _start_together(stack: contextlib.ExitStack, kind: str, configs: list[str]) -> dict[str, Any]:
+    """Start `configs` of `kind` at once (a laya-serve start is seconds of mostly single-core
+    work: its own interpreter importing torch), each stopped by `stack`; if one fails, the
+    others started are stopped too."""
+
+    def enter(config: str) -> tuple[Any, Any]:
+        manager = _start(kind, config)
+        return manager, manager.__enter__()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(configs))) as pool:
+        futures = {config: pool.submit(enter, config) for config in configs}
+    started, failures = {}, []
+    for config, future in futures.items():
+        try:
+            manager, server = future.result()
+        except Exception as error:  # noqa: BLE001 - every one is collected; the first is raised
+            failures.append(error)
+            continue
+        stack.push(manager.__exit__)
+        started[config] = server
+    if failures:
+        raise failures[0]
+    return started
+
+
 @pytest.fixture(scope="module")
 def module_servers(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """`get(config)`: this module's server kind in that configuration, started on first use."""
+    """`get(config)`: this module's server kind in that configuration. For laya-serve, every
+    configuration the module's selected tests need is started on first use, all at once."""
     kind = request.module.KIND
     with contextlib.ExitStack() as stack:
         started: dict[str, Any] = {}
 
         def get(config: str) -> Any:
+            # laya-serve only: the reference server starts in this process in well under a
+            # second, and its engines loading at once race on transformers' lazy first import
+            # ("cannot import name 'AutoTokenizer'"), leaving them never ready.
+            if not started and kind != REFERENCE:
+                started.update(_start_together(stack, kind, sorted(set(_configs_selected(request)) | {config})))
             if config not in started:
                 started[config] = stack.enter_context(_start(kind, config))
             return started[config]

@@ -10,7 +10,7 @@ import pytest
 from pytest_laya.client import Exchange
 from pytest_laya.fake import FakeLaya, FakeLayaServer
 from pytest_laya.specs.conformance import Conformance
-from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
 
 pytest.importorskip("xdist")
 
@@ -28,6 +28,13 @@ def test_decide(laya_client, state):
 
 def sub(pytester, *args):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, *args)
+
+
+def record(pytester, laya_serve):
+    """The four cassettes, recorded in this process: what the test checks is the runs after it
+    on two workers (recording on workers is test_recording_and_replaying_on_two_workers')."""
+    run(pytester, "--laya-record", f"--laya-url={laya_serve.url}").assert_outcomes(passed=4)
+    assert len(cassettes(pytester)) == 4
 
 
 @pytest.fixture
@@ -76,7 +83,7 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
 
 def test_unused_cassettes_with_workers(pytester, laya_serve):
     pytester.makepyfile(test_it=TESTS)
-    sub(pytester, "-n", "2", "--laya-record", f"--laya-url={laya_serve.url}").assert_outcomes(passed=4)
+    record(pytester, laya_serve)
     old = pytester.path / "cassettes" / "test_it" / "test_decide[five].yaml"
     old.write_bytes((pytester.path / "cassettes" / "test_it" / "test_decide[one].yaml").read_bytes())
     report = pytester.path / "laya.json"
@@ -95,7 +102,7 @@ def test_unused_cassettes_with_workers(pytester, laya_serve):
 
 def test_a_run_stopped_on_a_worker_reports_no_unused_cassettes(pytester, laya_serve):
     pytester.makepyfile(test_it=TESTS)
-    sub(pytester, "-n", "2", "--laya-record", f"--laya-url={laya_serve.url}").assert_outcomes(passed=4)
+    record(pytester, laya_serve)
     pytester.makepyfile(test_aaa="def test_fails():\n    assert False\n")
     report = pytester.path / "laya.json"
     stopped = sub(pytester, "-n", "2", "-x", f"--laya-report={report}")
