@@ -19,8 +19,12 @@ Usage (from the repository root; long, so nice it on a shared machine)::
 
 Without options each target starts from a fresh copy. ``--survivors`` re-runs only the mutants
 the previous run of a target did not kill (after adding tests: a killed mutant stays killed),
-with the tests as they are now. After a run, survivors are listed
-with their diffs in ``mutants/<target>/survivors.txt``; inspect one with
+with the tests as they are now. ``--report`` runs nothing: it prints the scores of each target's
+last run, which may have been stopped (mutants it did not reach count as *not checked*).
+Changing a target's modules or tests below makes mutmut drop all its earlier results; a changed
+function drops its own (a second ``--survivors`` pass then re-runs them too).
+After a run, survivors are listed with their diffs in ``mutants/<target>/survivors.txt``
+(a table: ``survivors.md``); inspect one with
 ``cd mutants/<target> && ../../.venv/bin/mutmut show NAME``.
 
 Exit status: 0 when every target ran, 1 when mutmut failed (for example a chosen test fails on
@@ -193,7 +197,7 @@ def report(name: str, workdir: Path, seconds: float) -> list[tuple[str, int, int
         module = module_of(mutant)
         by_module.setdefault(module, {})
         by_module[module][status] = by_module[module].get(status, 0) + 1
-        if status != "killed":
+        if status not in ("killed", "not checked"):  # a stopped run's unreached mutants have no diff worth reading
             survivors.append((mutant, status))
     with open(workdir / "survivors.txt", "w") as out, open(workdir / "survivors.md", "w") as table:
         table.write("| mutant | status | line | mutated |\n|---|---|---|---|\n")
@@ -221,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the targets, their modules and tests")
     parser.add_argument("--survivors", action="store_true",
                         help="re-run only the mutants the previous run of each target did not kill")
+    parser.add_argument("--report", action="store_true",
+                        help="print the scores of each target's last run and write its survivors, running nothing")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="mutants tested at once (default 1; each runs its tests in its own process)")
     args = parser.parse_args(argv)
@@ -234,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in args.targets or list(TARGETS):
         workdir = SCRATCH / name
+        if args.report:
+            if (workdir / "mutants").is_dir():
+                report(name, workdir, 0.0)
+            else:
+                print(f"{name}: not run")
+            continue
         mutants: list[str] = []
         if args.survivors:
             if not (workdir / "mutants").is_dir():
