@@ -68,12 +68,12 @@ def stored_body(interaction: dict, side: str = "response") -> str:
 def test_durations_and_machine_paths_in_a_body_are_stored_normalised(tmp_path):
     body = ('{"latency_ms": 12.5, "duration_ms":3, "elapsed_ms" : -1e3, "timing": {"queue": 1.5, "total":2},'
             ' "routing": {"repo": "/home/me/ckpt/tiny/", "checkpoint": "C:\\\\models\\\\tiny", "local_dir": "/"},'
-            ' "model_dir": "relative/x", "text": "latency_ms 5"}')
+            ' "model_dir": "relative/x", "checkpoint_dir": "/srv/laya-X", "text": "latency_ms 5"}')
     [stored] = record(tmp_path, answer(body), post())
     assert stored_body(stored) == (
         '{"latency_ms": 0, "duration_ms":0, "elapsed_ms" : 0, "timing": {"queue": 0, "total":0},'
         ' "routing": {"repo": "<local>/tiny", "checkpoint": "<local>/tiny", "local_dir": "<local>"},'
-        ' "model_dir": "relative/x", "text": "latency_ms 5"}')
+        ' "model_dir": "relative/x", "checkpoint_dir": "<local>/laya-X", "text": "latency_ms 5"}')
 
 
 def test_a_body_with_nothing_to_scrub_is_stored_byte_for_byte(tmp_path):

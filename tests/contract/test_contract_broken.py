@@ -161,6 +161,8 @@ def score_decision(**answer) -> SimpleNamespace:
 
 @pytest.mark.parametrize(("answer", "problem"), [
     ({}, "probabilities must be a mapping, got NoneType"),
+    ({"probabilities": {0: 0.5, 1: 0.5, 2: 0.5}, "level": 0, "expected": 1.0},
+     "probabilities sum to 1.5000, not 1 within 0.02"),
     ({"probabilities": [0.2, 0.5, 0.3]}, "probabilities must be a mapping, got list"),
     ({"probabilities": {0: 0.5, 1: 0.5}}, "probabilities must cover exactly the levels [0, 1, 2], got [0, 1]"),
     # Levels of mixed types (a model that names them): reported, not a TypeError from sorting them.
@@ -170,6 +172,12 @@ def score_decision(**answer) -> SimpleNamespace:
 ])
 def test_a_broken_score_answer_is_reported_by_name_never_raised(answer, problem):
     assert decision_problems(URGENCY, score_decision(**answer)) == [f"answer 'urgency': {problem}"]
+
+
+def test_a_score_answer_without_a_level_or_expected_value_is_reported_twice():
+    answer = score_decision(probabilities={0: 0.2, 1: 0.5, 2: 0.3})
+    assert decision_problems(URGENCY, answer) == ["answer 'urgency': level None is not one of the levels [0, 1, 2]",
+                                                  "answer 'urgency': expected level must be a number, got None"]
 
 
 @pytest.mark.parametrize(("make", "name"), [
