@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from urllib.parse import quote, quote_plus, unquote
 
@@ -127,6 +128,15 @@ def test_an_authorization_header_is_redacted_and_a_long_credential_scrubbed_ever
     [stored] = record(tmp_path, echo, post(headers={"authorization": credential}), api_key=None)
     assert stored["request"]["headers"]["authorization"] == [stored_as]
     assert stored_body(stored) == (f"you sent {REDACTED}" if learned else f"you sent {value}")
+
+
+@pytest.mark.parametrize("spelled", [
+    re.sub(r"%[0-9A-F]{2}", lambda escape: escape.group(0).lower(), quote(ODD_KEY, safe="")),  # lower-case escapes
+    quote(ODD_KEY, safe="/"),  # the slash left as it is
+])
+def test_a_key_in_the_url_path_is_redacted_however_it_was_percent_encoded(tmp_path, spelled):
+    [stored] = record(tmp_path, answer(), post(url=f"http://laya.test/v1/tenants/{spelled}/systemone"), api_key=ODD_KEY)
+    assert unquote(stored["request"]["uri"]) == f"http://laya.invalid/v1/tenants/{REDACTED}/systemone"
 
 
 def test_a_key_in_the_reason_phrase_is_redacted(tmp_path):
