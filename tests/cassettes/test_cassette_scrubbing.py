@@ -274,9 +274,11 @@ def test_a_computed_json_member_sees_its_name_and_value_and_its_value_is_scrubbe
         return "<computed>"
 
     echo = answer("slashed-token-3 top-level-token-1", headers=[("content-type", "text/plain")])
-    [stored] = record(tmp_path, echo, post(json.dumps(DOCUMENT)), api_key=None,
-                      filter_post_data_parameters=[("/meta/to~1ken", computed), ("token", computed)])
-    assert seen[:2] == [("to~1ken", "slashed-token-3", "POST"), ("token", "top-level-token-1", "POST")]
+    document = {**DOCUMENT, "a/b~c": "plain-name-7"}  # a top-level name (no leading /) is given as it is
+    [stored] = record(tmp_path, echo, post(json.dumps(document)), api_key=None,
+                      filter_post_data_parameters=[("/meta/to~1ken", computed), ("token", computed), ("a/b~c", computed)])
+    assert seen[:3] == [("to~1ken", "slashed-token-3", "POST"), ("token", "top-level-token-1", "POST"),
+                        ("a/b~c", "plain-name-7", "POST")]
     assert json.loads(stored_body(stored, "request"))["meta"]["to/ken"] == "<computed>"
     assert stored_body(stored) == f"{REDACTED} {REDACTED}"
 
