@@ -134,9 +134,13 @@ def test_an_authorization_header_is_redacted_and_a_long_credential_scrubbed_ever
     re.sub(r"%[0-9A-F]{2}", lambda escape: escape.group(0).lower(), quote(ODD_KEY, safe="")),  # lower-case escapes
     quote(ODD_KEY, safe="/"),  # the slash left as it is
 ])
-def test_a_key_in_the_url_path_is_redacted_however_it_was_percent_encoded(tmp_path, spelled):
-    [stored] = record(tmp_path, answer(), post(url=f"http://laya.test/v1/tenants/{spelled}/systemone"), api_key=ODD_KEY)
-    assert unquote(stored["request"]["uri"]) == f"http://laya.invalid/v1/tenants/{REDACTED}/systemone"
+def test_a_key_in_the_url_is_redacted_however_it_was_percent_encoded(tmp_path, spelled):
+    url = f"http://laya.test/v1/tenants/{spelled}/systemone?tenant={spelled}&{spelled}=1"
+    [stored] = record(tmp_path, answer(), post(url=url), api_key=ODD_KEY)
+    path, _, query = stored["request"]["uri"].partition("?")
+    assert unquote(path) == f"http://laya.invalid/v1/tenants/{REDACTED}/systemone"
+    assert [part.partition("=")[::2] for part in query.split("&")] == [("tenant", quote_plus(REDACTED)),
+                                                                       (quote_plus(REDACTED), "1")]
 
 
 def test_a_key_in_the_reason_phrase_is_redacted(tmp_path):
