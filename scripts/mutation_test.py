@@ -208,7 +208,7 @@ def report(name: str, workdir: Path, seconds: float) -> list[tuple[str, int, int
             was, now = (changed + ["", ""])[:2]
             table.write(f"| {mutant.rsplit('.', 1)[-1]} | {status} | {_cell(was)} | {_cell(now)} |\n")
     rows = []
-    print(f"\n{name}: {seconds / 60:.1f} min")
+    print(f"\n{name}: {seconds / 60:.1f} min" if seconds else f"\n{name}: last run")
     for module, counts in sorted(by_module.items()):
         total = sum(counts.values())
         killed = counts.get("killed", 0)
