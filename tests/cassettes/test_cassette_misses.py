@@ -96,6 +96,8 @@ def test_only_the_first_differences_are_listed_in_the_message(tmp_path):
     ({"a": 1}, {"a": 1, "old": [1, 2]}, 2, ["body at /old (recorded [1,2], now absent)"]),
     ({"a": 1, "new": {}}, {"a": 1}, 1, ["body at /new (recorded absent, now {})"]),
     ({"a": 1}, {"a": 1, "old": []}, 1, ["body at /old (recorded [], now absent)"]),
+    # A list counts the values inside its items: two in the object, one beside it.
+    ({"a": 1}, {"a": 1, "old": [{"x": 1, "y": 2}, 3]}, 3, ['body at /old (recorded [{"x":1,"y":2},3], now absent)']),
     # An object replaced by a scalar, either way: as many values as the larger side holds.
     ({"q": {"x": 1, "y": 2}}, {"q": 7}, 2, ['body at /q (recorded 7, now {"x":1,"y":2})']),
     ({"q": 7}, {"q": [1, 2, 3]}, 3, ["body at /q (recorded [1,2,3], now 7)"]),
@@ -141,6 +143,9 @@ def test_short_values_are_shown_whole_up_to_the_limit():
     assert show_difference(forty, "y") == (f'"{forty}"', '"y"')
     assert show_difference("y", forty) == ('"y"', f'"{forty}"')
     assert show_difference(forty + "x", "y") == ('"' + forty + '…"', '"y"')  # cut inside its quotes
+    # Two values of exactly the limit that differ late are still shown whole, not windowed.
+    late_a, late_b = "x" * 37 + "a", "x" * 37 + "b"
+    assert show_difference(late_a, late_b) == (f'"{late_a}"', f'"{late_b}"')
 
 
 def test_long_values_are_shown_around_where_they_first_differ():
@@ -157,6 +162,10 @@ def test_long_values_are_shown_around_where_they_first_differ():
     state = "I was charged twice for my order last week and want a refund for the duplicate payment"
     assert show_difference(state, state.replace("duplicate", "duplicated")) == (
         '"…he duplicate payment"', '"…he duplicated payment"')
+    # A window that ends exactly at the last character has no trailing ellipsis.
+    tail = "z" * 25
+    assert show_difference(before + "O" + tail, before + "N" + tail) == (
+        '"…' + "a" * 12 + "O" + tail + '"', '"…' + "a" * 12 + "N" + tail + '"')
 
 
 def test_a_long_value_other_than_a_string_is_cut_as_its_json():
@@ -182,6 +191,7 @@ def test_an_absent_side_is_named_and_a_long_present_one_cut():
     (b"<html>", "<6 bytes, not JSON>"),
     (j({"state": "hi", "n": 1}), 'state="hi", n=1'),  # members in the order sent
     (j({"state": "s" * 100}), 'state="' + "s" * 37 + '…"'),  # each value cut to 40 characters, quotes kept
+    (j({"state": "s" * 38}), 'state="' + "s" * 38 + '"'),  # 40 characters: shown whole
     (j([1, 2]), "[1,2]"),
     (j(["x" * 200]), '["' + "x" * 157 + "…"),  # anything else cut to 160
 ])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from urllib.parse import quote, quote_plus, unquote
 
@@ -68,12 +69,12 @@ def stored_body(interaction: dict, side: str = "response") -> str:
 def test_durations_and_machine_paths_in_a_body_are_stored_normalised(tmp_path):
     body = ('{"latency_ms": 12.5, "duration_ms":3, "elapsed_ms" : -1e3, "timing": {"queue": 1.5, "total":2},'
             ' "routing": {"repo": "/home/me/ckpt/tiny/", "checkpoint": "C:\\\\models\\\\tiny", "local_dir": "/"},'
-            ' "model_dir": "relative/x", "text": "latency_ms 5"}')
+            ' "model_dir": "relative/x", "checkpoint_dir": "/srv/laya-X", "text": "latency_ms 5"}')
     [stored] = record(tmp_path, answer(body), post())
     assert stored_body(stored) == (
         '{"latency_ms": 0, "duration_ms":0, "elapsed_ms" : 0, "timing": {"queue": 0, "total":0},'
         ' "routing": {"repo": "<local>/tiny", "checkpoint": "<local>/tiny", "local_dir": "<local>"},'
-        ' "model_dir": "relative/x", "text": "latency_ms 5"}')
+        ' "model_dir": "relative/x", "checkpoint_dir": "<local>/laya-X", "text": "latency_ms 5"}')
 
 
 def test_a_body_with_nothing_to_scrub_is_stored_byte_for_byte(tmp_path):
@@ -127,6 +128,19 @@ def test_an_authorization_header_is_redacted_and_a_long_credential_scrubbed_ever
     [stored] = record(tmp_path, echo, post(headers={"authorization": credential}), api_key=None)
     assert stored["request"]["headers"]["authorization"] == [stored_as]
     assert stored_body(stored) == (f"you sent {REDACTED}" if learned else f"you sent {value}")
+
+
+@pytest.mark.parametrize("spelled", [
+    re.sub(r"%[0-9A-F]{2}", lambda escape: escape.group(0).lower(), quote(ODD_KEY, safe="")),  # lower-case escapes
+    quote(ODD_KEY, safe="/"),  # the slash left as it is
+])
+def test_a_key_in_the_url_is_redacted_however_it_was_percent_encoded(tmp_path, spelled):
+    url = f"http://laya.test/v1/tenants/{spelled}/systemone?tenant={spelled}&{spelled}=1"
+    [stored] = record(tmp_path, answer(), post(url=url), api_key=ODD_KEY)
+    path, _, query = stored["request"]["uri"].partition("?")
+    assert unquote(path) == f"http://laya.invalid/v1/tenants/{REDACTED}/systemone"
+    assert [part.partition("=")[::2] for part in query.split("&")] == [("tenant", quote_plus(REDACTED)),
+                                                                       (quote_plus(REDACTED), "1")]
 
 
 def test_a_key_in_the_reason_phrase_is_redacted(tmp_path):
@@ -264,9 +278,11 @@ def test_a_computed_json_member_sees_its_name_and_value_and_its_value_is_scrubbe
         return "<computed>"
 
     echo = answer("slashed-token-3 top-level-token-1", headers=[("content-type", "text/plain")])
-    [stored] = record(tmp_path, echo, post(json.dumps(DOCUMENT)), api_key=None,
-                      filter_post_data_parameters=[("/meta/to~1ken", computed), ("token", computed)])
-    assert seen[:2] == [("to~1ken", "slashed-token-3", "POST"), ("token", "top-level-token-1", "POST")]
+    document = {**DOCUMENT, "a/b~c": "plain-name-7"}  # a top-level name (no leading /) is given as it is
+    [stored] = record(tmp_path, echo, post(json.dumps(document)), api_key=None,
+                      filter_post_data_parameters=[("/meta/to~1ken", computed), ("token", computed), ("a/b~c", computed)])
+    assert seen[:3] == [("to~1ken", "slashed-token-3", "POST"), ("token", "top-level-token-1", "POST"),
+                        ("a/b~c", "plain-name-7", "POST")]
     assert json.loads(stored_body(stored, "request"))["meta"]["to/ken"] == "<computed>"
     assert stored_body(stored) == f"{REDACTED} {REDACTED}"
 

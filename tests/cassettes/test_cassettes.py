@@ -356,6 +356,8 @@ def test_bodies_match_as_canonical_json_and_other_bodies_as_bytes(cassette_file)
             http.post("http://x/upload", content=b"plain text!")
     assert canonical_body(b'{"b": 1, "a": [1, 2]}') == b'{"a":[1,2],"b":1}'
     assert canonical_body(b"not json") == b"not json"
+    # Text stays as written (UTF-8, as the docs promise), however the request escaped it.
+    assert canonical_body(b'{"a": "\\u00e9"}') == canonical_body('{"a": "é"}'.encode()) == '{"a":"é"}'.encode()
 
 
 def test_the_async_client_replays_too(cassette_file, no_sockets):

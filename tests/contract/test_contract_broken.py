@@ -5,15 +5,28 @@ Each run is a real pytest run of a downstream-style suite (pytester). The models
 Python (tests/contract/decision_model_twins.py, over `FakeLaya` answers), so these runs never
 load torch, and they run with pytest-asyncio in strict mode, in auto mode and not loaded at all.
 A broken model for every check, each failing exactly that check: test_contract_twins.py.
+
+`decision_problems` is public: a user runs it on any decision (one replayed from a cassette, one
+from their own adapter), so an odd answer object comes back as a message naming the answer and
+what is wrong, never as a crash. The scripted models are what a downstream class gives as
+`scripted_decision_model`: they answer exactly what they were given. (Both found missing by
+mutation testing, docs/testing.md.)
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
-from pytest_laya.contract import DecisionModelContract, run_coroutine
+from pytest_laya.contract import (
+    DecisionModelContract,
+    decision_problems,
+    run_coroutine,
+    scripted_laya_model,
+    scripted_served_model,
+)
 
 CONTRACT_TESTS = sorted(name for name in dir(DecisionModelContract) if name.startswith("test_"))
 
@@ -135,3 +148,52 @@ def test_the_async_check_runs_even_from_inside_a_running_event_loop():
         return run_coroutine(lambda: asyncio.sleep(0, result="answered"))
 
     assert asyncio.run(from_async_code()) == "answered"
+
+
+# --------------------------------------------------------------------------- decision_problems and the scripted models
+
+URGENCY = {"urgency": {"type": "score", "instructions": "Urgency?", "criteria": ["low", "medium", "high"]}}
+
+
+def score_decision(**answer) -> SimpleNamespace:
+    return SimpleNamespace(answers={"urgency": SimpleNamespace(type="score", confidence=0.5, **answer)})
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    ({}, "probabilities must be a mapping, got NoneType"),
+    ({"probabilities": {0: 0.5, 1: 0.5, 2: 0.5}, "level": 0, "expected": 1.0},
+     "probabilities sum to 1.5000, not 1 within 0.02"),
+    ({"probabilities": [0.2, 0.5, 0.3]}, "probabilities must be a mapping, got list"),
+    ({"probabilities": {0: 0.5, 1: 0.5}}, "probabilities must cover exactly the levels [0, 1, 2], got [0, 1]"),
+    # Levels of mixed types (a model that names them): reported, not a TypeError from sorting them.
+    ({"probabilities": {0: 0.5, "high": 0.5}}, "probabilities must cover exactly the levels [0, 1, 2], got [0, 'high']"),
+    ({"probabilities": {0: 0.2, 1: 0.5, 2: 0.3}, "level": 0, "expected": 1.1},
+     "level 0 (p=0.2) is not the most probable; level 1 is (p=0.5)"),
+])
+def test_a_broken_score_answer_is_reported_by_name_never_raised(answer, problem):
+    assert decision_problems(URGENCY, score_decision(**answer)) == [f"answer 'urgency': {problem}"]
+
+
+def test_a_score_answer_without_a_level_or_expected_value_is_reported_twice():
+    answer = score_decision(probabilities={0: 0.2, 1: 0.5, 2: 0.3})
+    assert decision_problems(URGENCY, answer) == ["answer 'urgency': level None is not one of the levels [0, 1, 2]",
+                                                  "answer 'urgency': expected level must be a number, got None"]
+
+
+@pytest.mark.parametrize(("make", "name"), [
+    (scripted_served_model, "served-laya (scripted)"),
+    (scripted_laya_model, "laya-in-process (scripted)"),
+])
+def test_a_scripted_model_answers_exactly_what_it_was_given(make, name):
+    answers = {"q": {"type": "noul", "noul": 0.25, "confidence": 0.5}}
+    model = make(answers)
+    answers["q"]["noul"] = 0.9  # the caller's dict, changed afterwards: the model keeps its own copy
+    try:
+        for _ in range(2):  # and answers the same each time
+            decision = model.decide("s", {"q": {"type": "noul", "instructions": "Refund?"}})
+            assert (decision["q"].p, decision["q"].confidence) == (0.25, 0.5)
+            assert (decision.usage.input_tokens, decision.usage.output_tokens) == (1, 0)
+        assert model.name == name
+        assert decision.model == model.model == "scripted@scripted"
+    finally:
+        model.close()
