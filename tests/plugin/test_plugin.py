@@ -395,6 +395,29 @@ def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
     run(pytester).stdout.fnmatch_lines(["mode: replay; servers: replay of acme-jev/2.1 (current spec)"])
 
 
+def test_a_server_that_names_nothing_is_named_by_its_url_without_credentials(pytester):
+    from pytest_laya.fake import FakeLaya
+
+    laya = FakeLaya(flavor="laya-serve-0.4.15")
+
+    def answer(request):
+        # An empty Server header names nothing (ScriptedServer adds its own name otherwise).
+        if request.path != "/v1/systemone":
+            return Respond(404, {"detail": "Not Found"}, headers={"Server": ""})
+        status, headers, body = laya.answer(json.loads(request.body))
+        body.pop("routing", None)
+        return Respond(status, body, headers={**headers, "Server": ""})
+
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with ScriptedServer(default=Handler(answer)) as server:
+        secret_url = server.url.replace("http://", "http://bob:hunter2-canary@")
+        run(pytester, "--laya-record", f"--laya-url={secret_url}").assert_outcomes(passed=1)
+    text = (pytester.path / "cassettes/test_it/test_refund.yaml").read_text()
+    meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
+    assert meta["server"] == server.url.replace("http://", "http://***@") and "identity" not in meta
+    assert "hunter2-canary" not in text and "bob" not in text
+
+
 def test_a_replayed_response_that_breaks_the_spec_names_its_cassette(pytester, laya_serve_like):
     pytester.makepyfile(test_it=TEST_DECIDE)
     record(pytester, laya_serve_like)
