@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 
+import httpx
 import pytest
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, ServedLayaClient
@@ -132,6 +133,27 @@ def test_a_body_that_stalls_between_chunks_fails_at_the_deadline_not_a_read_time
         error, elapsed = decide(kind, server.url)
     assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded"
     assert elapsed < DEADLINE_S + SLACK_S
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["body", "head"])
+def test_a_transport_passed_in_still_ends_a_trickle_at_the_deadline(head):
+    # The client bounds its own transport's every socket operation; one passed in is ended by a
+    # watchdog that shuts its socket down at the deadline (found through httpx's connect trace
+    # while the head trickles, through the response once the head is read).
+    # Each read returns within httpx's per-read timeout, so only the deadline can end it.
+    slow = Trickle(OK, chunk_size=8, interval_s=0.9 * DEADLINE_S, head=head)
+    with served(slow, slow) as server:
+        error, elapsed = decide("sync", server.url, transport=httpx.HTTPTransport())
+    assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded"
+    assert DEADLINE_S - 0.05 <= elapsed < DEADLINE_S + SLACK_S
+    assert len(server.requests) == 1
+
+
+def test_a_transport_passed_in_answers_as_the_clients_own_does():
+    with served(OK) as server:
+        decision, _ = decide("sync", server.url, transport=httpx.HTTPTransport())
+    assert not isinstance(decision, Exception), decision
+    assert decision.answers["refund"].p == 0.9
 
 
 def test_a_server_slower_than_the_deadline_fails_at_the_deadline(kind):
