@@ -188,6 +188,28 @@ def test_health_and_identity():
     assert identity.source == "health" and identity.weights_dtype == "torch.float16" and identity.compiled is True
 
 
+def test_health_reads_carry_the_key_and_a_request_id_and_an_explicit_read_is_remembered():
+    # A keyed server answers /health only with the key; logs pair the identity read with its
+    # decision by the request id.
+    noul, health = BY_NAME["system1/worker.noul.json"], BY_NAME["system1/worker.health.json"]
+    seen: list[httpx.Request] = []
+    transport = httpx.MockTransport(replay(answer_of(noul), health=answer_of(health), seen=seen))
+    with ServedLayaClient("http://laya.test", model="english", api_key="sk-health-key", transport=transport) as client:
+        client.decide(noul.request["state"], noul.request["questions"], request_id="decision-1")
+    decided, identity_read = seen
+    assert identity_read.method == "GET" and identity_read.url.path == "/health"
+    assert identity_read.headers["authorization"] == decided.headers["authorization"] == "Bearer sk-health-key"
+    assert identity_read.headers["x-request-id"] == decided.headers["x-request-id"] == "decision-1"
+
+    seen.clear()
+    with ServedLayaClient("http://laya.test", model="english", api_key="sk-health-key", transport=transport) as client:
+        client.health()
+        decision = client.decide(noul.request["state"], noul.request["questions"])
+    assert [r.url.path for r in seen] == ["/health", "/v1/systemone"]  # the explicit read served the identity
+    assert seen[0].headers["authorization"] == "Bearer sk-health-key" and seen[0].headers.get("x-request-id")
+    assert decision.model == "convaiinnovations/laya@55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851"
+
+
 async def test_async_client_gives_the_same_decision_as_the_sync_one():
     rec = BY_NAME["system1/frontend.combined.json"]
     health = BY_NAME["system1/frontend.health.json"]
