@@ -156,6 +156,15 @@ def test_a_transport_passed_in_answers_as_the_clients_own_does():
     assert decision.answers["refund"].p == 0.9
 
 
+def test_a_redirect_is_never_followed(kind):
+    # Following it would send the state and the key wherever the Location points.
+    elsewhere = Respond(307, b"", headers={"Location": "/v1/elsewhere"})
+    with served(elsewhere, OK) as server:
+        error, _ = decide(kind, server.url, api_key="sk-redirect")
+    assert isinstance(error, LayaCallError) and "HTTP 307" in str(error)
+    assert [r.path for r in server.requests] == ["/v1/systemone"]
+
+
 def test_a_server_slower_than_the_deadline_fails_at_the_deadline(kind):
     with served(Delay(5.0, OK)) as server:
         error, elapsed = decide(kind, server.url)
