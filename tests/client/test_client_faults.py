@@ -149,6 +149,20 @@ def test_a_transport_passed_in_still_ends_a_trickle_at_the_deadline(head):
     assert len(server.requests) == 1
 
 
+def test_a_transport_passed_in_ends_a_stall_on_a_reused_connection_at_the_deadline():
+    # A pooled connection makes no connect event: the watchdog learns its socket from the response.
+    stalling = Trickle(OK, chunk_size=8, interval_s=0.9 * DEADLINE_S)
+    with served(OK, stalling, stalling) as server:
+        with ServedLayaClient(server.url, timeout_s=DEADLINE_S, transport=httpx.HTTPTransport()) as client:
+            client.decide("I was charged twice.", QUESTIONS)
+            started = time.monotonic()
+            with pytest.raises(LayaCallError) as info:
+                client.decide("I was charged twice.", QUESTIONS)
+            elapsed = time.monotonic() - started
+    assert info.value.code == "deadline_exceeded" and elapsed < DEADLINE_S + SLACK_S
+    assert [r.connection_id for r in server.requests] == [server.requests[0].connection_id] * 2  # reused
+
+
 def test_a_transport_passed_in_answers_as_the_clients_own_does():
     with served(OK) as server:
         decision, _ = decide("sync", server.url, transport=httpx.HTTPTransport())
