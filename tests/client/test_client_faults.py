@@ -79,6 +79,7 @@ def test_refused_everywhere_is_connection_refused_after_one_retry(kind):
     error, elapsed = decide(kind, closed_loopback_url())
     assert isinstance(error, LayaCallError) and error.code == "connection_refused"
     assert "after 2 attempts" in str(error) and elapsed < DEADLINE_S + SLACK_S
+    assert "(ConnectError: " in str(error)  # what the transport said, for the one reading the log
 
 
 def test_refused_then_listening_succeeds_on_the_retry(kind):
