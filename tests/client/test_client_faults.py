@@ -105,6 +105,15 @@ def test_reset_mid_body_is_retried(kind):
     assert len(server.requests) == 2
 
 
+def test_a_policy_passed_in_is_the_one_followed(kind):
+    from pytest_laya.client.policy import RetryPolicy
+
+    with served(Respond(502, {"detail": "upstream"}), OK) as server:
+        error, _ = decide(kind, server.url, policy=RetryPolicy(max_retries=0))
+    assert isinstance(error, LayaCallError) and "HTTP 502" in str(error)
+    assert len(server.requests) == 1  # the default policy would have retried the 502 and succeeded
+
+
 def test_reset_twice_is_connection_dropped(kind):
     with served(ResetMidBody(OK), ResetMidBody(OK), OK) as server:
         error, _ = decide(kind, server.url)
