@@ -206,7 +206,8 @@ def test_health_reads_carry_the_key_and_a_request_id_and_an_explicit_read_is_rem
         client.health()
         decision = client.decide(noul.request["state"], noul.request["questions"])
     assert [r.url.path for r in seen] == ["/health", "/v1/systemone"]  # the explicit read served the identity
-    assert seen[0].headers["authorization"] == "Bearer sk-health-key" and seen[0].headers.get("x-request-id")
+    assert seen[0].method == "GET" and seen[0].headers["authorization"] == "Bearer sk-health-key"
+    assert seen[0].headers.get("x-request-id")
     assert decision.model == "convaiinnovations/laya@55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851"
 
 
