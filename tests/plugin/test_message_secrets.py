@@ -8,9 +8,6 @@ values nor the API key may appear in any spelling in the output, the JSON report
 
 from __future__ import annotations
 
-import base64
-from urllib.parse import quote
-
 import httpcore  # noqa: F401
 import httpx  # noqa: F401
 import pytest
@@ -19,6 +16,7 @@ import vcr.stubs.httpx_stubs  # noqa: F401
 
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import closed_loopback_url
+from tests.helpers.leaks import assert_hidden
 from tests.helpers.pytester_runs import cassette_data, report_of, run
 from tests.plugin.test_any_client import _break_probability
 
@@ -52,15 +50,8 @@ def call(base, path="/v1/systemone", body=BODY):
 """
 
 
-def _spellings(secret: str) -> list[str]:
-    return [secret, quote(secret), base64.b64encode(secret.encode()).decode()]
-
-
 def _assert_hidden(*texts: str) -> None:
-    written = "\n".join(texts)
-    for secret in (TENANT, TOKEN, API_KEY):
-        for spelling in _spellings(secret):
-            assert spelling not in written, f"{spelling} leaked:\n{written}"
+    assert_hidden("\n".join(texts), TENANT, TOKEN, API_KEY)
 
 
 def _output(result) -> str:
