@@ -375,20 +375,25 @@ def test_replay_holds_responses_to_the_spec_their_cassette_was_recorded_under(py
     held_to_current.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)"])
 
 
-def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
+def unnamed_weights(server_name: str) -> ScriptedServer:
+    """A Jev server that names no weights (no routing, no /health) and sends `Server: server_name`."""
     from pytest_laya.fake import FakeLaya
 
     laya = FakeLaya(flavor="laya-serve-0.4.15")
 
     def answer(request):
         if request.path != "/v1/systemone":
-            return Respond(404, {"detail": "Not Found"}, headers={"Server": "acme-jev/2.1"})
+            return Respond(404, {"detail": "Not Found"}, headers={"Server": server_name})
         status, headers, body = laya.answer(json.loads(request.body))
         body.pop("routing", None)
-        return Respond(status, body, headers={**headers, "Server": "acme-jev/2.1"})
+        return Respond(status, body, headers={**headers, "Server": server_name})
 
+    return ScriptedServer(default=Handler(answer))
+
+
+def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
     pytester.makepyfile(test_it=TEST_DECIDE)
-    with ScriptedServer(default=Handler(answer)) as server:
+    with unnamed_weights("acme-jev/2.1") as server:
         run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
     meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
     assert meta["server"] == "acme-jev/2.1" and "identity" not in meta
@@ -396,20 +401,9 @@ def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
 
 
 def test_a_server_that_names_nothing_is_named_by_its_url_without_credentials(pytester):
-    from pytest_laya.fake import FakeLaya
-
-    laya = FakeLaya(flavor="laya-serve-0.4.15")
-
-    def answer(request):
-        # An empty Server header names nothing (ScriptedServer adds its own name otherwise).
-        if request.path != "/v1/systemone":
-            return Respond(404, {"detail": "Not Found"}, headers={"Server": ""})
-        status, headers, body = laya.answer(json.loads(request.body))
-        body.pop("routing", None)
-        return Respond(status, body, headers={**headers, "Server": ""})
-
     pytester.makepyfile(test_it=TEST_DECIDE)
-    with ScriptedServer(default=Handler(answer)) as server:
+    # An empty Server header names nothing (ScriptedServer adds its own name otherwise).
+    with unnamed_weights("") as server:
         secret_url = server.url.replace("http://", "http://bob:hunter2-canary@")
         run(pytester, "--laya-record", f"--laya-url={secret_url}").assert_outcomes(passed=1)
     text = (pytester.path / "cassettes/test_it/test_refund.yaml").read_text()
