@@ -182,10 +182,7 @@ class Scrubber:
         if self._secrets and self._hidden_in(unquote(path)):
             path = quote(self.text(unquote(path)), safe="/")
         parts = []
-        pairs = [part.partition("=") for part in query.split("&")] if query else []
-        for name, _eq, value in pairs:  # filtered values are learnt first, so every spelling is scrubbed
-            if unquote_plus(name) in self._filtered_query:
-                self.keep_secret(unquote_plus(value))
+        pairs = self._query_pairs(query)
         for name, eq, value in pairs:
             plain = unquote_plus(name)
             if plain in self._filtered_query:
@@ -214,16 +211,22 @@ class Scrubber:
                 elif lower in self._filtered_headers:
                     self.keep_secret(one)
         split = urlsplit(uri)
-        pairs = [part.partition("=") for part in split.query.split("&")] if split.query else []
-        for name, _eq, value in pairs:
-            if unquote_plus(name) in self._filtered_query:
-                self.keep_secret(unquote_plus(value))
+        pairs = self._query_pairs(split.query)
         shown = [f"{name}={REDACTED}" if unquote_plus(name) in self._filtered_query else name + eq + value
                  for name, eq, value in pairs]
         path, query = self.text(split.path or "/"), self.text("&".join(shown))
         if self._hidden_in(unquote_plus(path + "?" + query)):  # a secret still hides behind an escape
             path, query = self.text(unquote(path)), self.text(unquote_plus(query))
         return path + (f"?{query}" if query else "")
+
+    def _query_pairs(self, query: str) -> list[tuple[str, str, str]]:
+        """The query's parts as (name, "=", value), the filtered parameters' values learnt as secrets
+        first, so that every spelling of them is scrubbed wherever it shows."""
+        pairs = [part.partition("=") for part in query.split("&")] if query else []
+        for name, _eq, value in pairs:
+            if unquote_plus(name) in self._filtered_query:
+                self.keep_secret(unquote_plus(value))
+        return pairs
 
     def _redact_authorization(self, value: str) -> str:
         scheme, _, credentials = value.strip().partition(" ")
