@@ -402,3 +402,25 @@ def test_check_hands_pytest_the_suite_and_the_key_only_as_its_option():
     assert not [a for a in pytest_arguments("http://127.0.0.1:8000") if a.startswith("--laya-spec")]
     assert [a for a in args if KEY in a] == [f"--laya-api-key={KEY}"]
     assert args[-2:] == ["-k", "health"] and "no:cacheprovider" in args
+
+
+def test_check_speaks_its_own_words_in_process(pytester, monkeypatch):
+    # The command's plugin (suites/check_command.py) in this process, over a keyed fake: the
+    # header names the command and the URL, and a missing key is asked for by the command's flag.
+    monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
+    with FakeLayaServer(api_key=KEY) as fake:
+        result = check_command(pytester, fake.url, "-k", "health_answers_status_ok")
+        without_key = check_command(pytester, fake.url, api_key=None)
+    assert result.ret == pytest.ExitCode.OK
+    header = result.stdout.str().split("test session starts")[1].split("collected")[0]
+    assert f"python -m pytest_laya check {fake.url}: the HTTP contract of a served Laya (pytest_laya.suites.server); " \
+           f"pytest-laya " in header
+    assert f"pytest {pytest.__version__}, Python " in header and "rootdir:" not in header
+    assert "suites/server.py" not in result.stdout.str().split("server contract:")[0]
+    assert without_key.ret == pytest.ExitCode.USAGE_ERROR
+    without_key.stdout.fnmatch_lines(["*pass it with --api-key KEY (or set LAYA_SERVED_API_KEY)*"])
+    assert "--laya-api-key" not in without_key.stdout.str()
+    # -q: no header at all.
+    with FakeLayaServer() as fake:
+        quiet = check_command(pytester, fake.url, "-q", "-k", "health_answers_status_ok")
+    assert "python -m pytest_laya check" not in quiet.stdout.str()
