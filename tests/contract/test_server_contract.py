@@ -27,8 +27,8 @@ from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
-from pytest_laya.suites.measures import compare
-from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, parse_limit_options, resolve_limits
+from pytest_laya.suites.measures import compare, describe
+from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, _general_pointer, parse_limit_options, resolve_limits
 from pytest_laya.wire.decision import Choice, Noul, Score
 from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
@@ -347,6 +347,27 @@ def test_compare_counts_changed_decisions_and_the_largest_move():
     result = compare([(a, b), (n1, n2), (s, s)])
     assert (result.pairs, result.changed, result.max_change) == (3, 1, 0.15)
     assert compare([]).rate == 0.0
+
+
+def test_answers_are_described_by_their_decision_and_probabilities():
+    # The words of the independence check's failure message.
+    assert describe(Choice(key="billing", probabilities={"billing": 0.9, "technical": 0.1}, confidence=0.8)) == \
+        "'billing' (billing 0.9, technical 0.1)"
+    assert describe(Score(level=2, expected=1.5, probabilities={1: 0.5, 2: 0.5}, legend={}, confidence=0.0)) == \
+        "level 2 (1 0.5, 2 0.5)"
+    assert describe(Noul(p=0.25, confidence=0.5)) == "p 0.25"
+
+
+@pytest.mark.parametrize("where, general", [
+    ("/body/answers/q1/probabilities/x", "/body/answers/<question>/probabilities/x"),
+    ("/body/results/0/answers/ticket-7/key", "/body/results/<i>/answers/<question>/key"),
+    ("/body/results/first/answers", "/body/results/first/answers"),  # not an index; nothing after "answers"
+    ("/answers/q/p", "/answers/<question>/p"),
+    ("answers/q/p", "answers/q/p"),  # a pointer starts with "/": the first part is never a member
+    ("/body/results/12", "/body/results/<i>"),
+])
+def test_a_rule_gap_is_listed_once_whatever_the_question_or_batch_index(where, general):
+    assert _general_pointer(where) == general
 
 
 # -- the summary notes cross pytest-xdist ----------------------------------------------------
