@@ -1,0 +1,113 @@
+"""What a violation says: for each JSON Schema keyword, the words a test reader sees.
+
+A user reads ``/body/x: expected <what the spec asks>, got <what came>`` in a failed test; each
+keyword the specs use has its own words, checked here one by one on a small document.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_laya.specs import Spec
+
+LONG = "x" * 200
+
+
+def schema_spec(schema) -> Spec:
+    return Spec({"openapi": "3.1.0", "info": {"title": "words", "version": "1"}, "paths": {"/x": {"get": {"responses": {"200": {"description": "ok"}}}}},
+                 "components": {"schemas": {"S": schema}}}, name="words")
+
+
+@pytest.mark.parametrize("schema, instance, where, expected, actual", [
+    ({"type": "object", "required": ["a", "b", "c"]}, {"b": 1}, ["/a", "/c"], "a required property", "absent"),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False}, {"a": 1, "z": 2, "y": 3},
+     [""], "no properties beyond ['a', 'b']", "extra ['y', 'z']"),
+    ({"type": "object", "additionalProperties": False}, {"z": 2}, [""], "no properties beyond []", "extra ['z']"),
+    ({"type": "integer"}, "seven", [""], "type integer", 'str "seven"'),
+    ({"type": ["integer", "null"]}, 1.5, [""], "type ['integer', 'null']", "float 1.5"),
+    ({"const": "a"}, "b", [""], 'the value "a"', '"b"'),
+    ({"enum": ["a", "b"]}, "c", [""], 'one of ["a", "b"]', '"c"'),
+    ({"minimum": 1}, 0, [""], ">= 1", "0"),
+    ({"maximum": 1}, 2, [""], "<= 1", "2"),
+    ({"exclusiveMinimum": 0}, 0, [""], "> 0", "0"),
+    ({"exclusiveMaximum": 1}, 1, [""], "< 1", "1"),
+    ({"pattern": "^q[0-9]+$"}, "x1", [""], "a string matching ^q[0-9]+$", '"x1"'),
+    ({"minLength": 2}, "a", [""], "at least 2 characters", '"a"'),
+    ({"maxLength": 1}, "ab", [""], "at most 1 characters", '"ab"'),
+    ({"minItems": 1}, [], [""], "at least 1 items", "[]"),
+    ({"maxItems": 1}, [1, 2], [""], "at most 1 items", "[1, 2]"),
+    ({"minProperties": 1}, {}, [""], "at least 1 properties", "{}"),
+    ({"maxProperties": 1}, {"a": 1, "b": 2}, [""], "at most 1 properties", '{"a": 1, "b": 2}'),
+    ({"uniqueItems": True}, [1, 1], [""], "unique items", "[1, 1]"),
+    ({"multipleOf": 2}, 3, [""], "multipleOf 2", "3"),
+    ({"not": {"type": "string"}}, "s", [""], 'not {"type": "string"}', '"s"'),
+    # Long values are cut to 120 characters, whatever the keyword: the message stays readable.
+    ({"const": "a"}, LONG, [""], 'the value "a"', '"' + "x" * 116 + "..."),
+    ({"const": "a"}, "x" * 118, [""], 'the value "a"', '"' + "x" * 118 + '"'),
+])
+def test_each_keyword_says_what_was_expected_and_what_came(schema, instance, where, expected, actual):
+    found = schema_spec(schema).schema_violations("#/components/schemas/S", instance, where="/body")
+    assert [(x.where, x.expected, x.actual) for x in found] == [("/body" + w, expected, actual) for w in where]
+    assert str(found[0]) == f"/body{where[0]}: expected {expected}, got {actual}"
+
+
+def test_a_format_is_named_in_the_expectation():
+    spec = schema_spec({"type": "string", "format": "date-time"})
+    [found] = spec.schema_violations("#/components/schemas/S", "yesterday")
+    assert (found.where, found.expected, found.actual) == ("", "format date-time", '"yesterday"')
+
+
+# -- the body before its schema: media type, encoding, JSON ----------------------------------
+
+MEDIA = Spec({"openapi": "3.1.0", "info": {"title": "media", "version": "1"}, "paths": {"/x": {"post": {
+    "requestBody": {"content": {"application/json": {"schema": {"type": "object", "required": ["a"]}}}},
+    "responses": {
+        "200": {"description": "json or text", "content": {
+            "application/json": {"schema": {"type": "object", "required": ["a"]}},
+            "text/plain": {"schema": {"type": "string", "maxLength": 3}}}},
+        "201": {"description": "any text", "content": {"text/*": {"schema": {"type": "string", "maxLength": 3}}}},
+        "202": {"description": "no schema", "content": {"application/octet-stream": {}}},
+        "204": {"description": "nothing"}}}}}}, name="media")
+J = {"content-type": "application/json"}
+RESPONSES = "#/paths/~1x/post/responses"
+JSON_200 = f"{RESPONSES}/200/content/application~1json"
+
+
+@pytest.mark.parametrize("status, headers, body, found", [
+    (204, J, b"hi", [("/body", "no response body", '"hi"', f"{RESPONSES}/204/content")]),
+    (204, {}, b"", []),
+    (204, {}, None, []),
+    (200, {}, b'{"a":1}', [("/headers/content-type", "one of ['application/json', 'text/plain']", "absent",
+                            f"{RESPONSES}/200/content")]),
+    (200, {"content-type": "image/png"}, b"x", [("/headers/content-type", "one of ['application/json', 'text/plain']",
+                                                 '"image/png"', f"{RESPONSES}/200/content")]),
+    (200, J, b"", [("/body", "a application/json body", "an empty body", JSON_200)]),
+    (200, J, b"\xff", [("/body", "UTF-8 text", "undecodable bytes (invalid start byte at 0)", JSON_200)]),
+    (200, J, b"{", [("/body", "a valid JSON application/json body",
+                     "invalid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))", JSON_200)]),
+    (200, J, b"[" * 100_000, [("/body", "a valid JSON application/json body", "JSON nested too deeply to parse", JSON_200)]),
+    # Parsed JSON without headers: the caller vouches for a JSON media type.
+    (200, None, {"b": 1}, [("/body/a", "a required property", "absent", f"{JSON_200}/schema")]),
+    (200, J, bytearray(b'{"b":1}'), [("/body/a", "a required property", "absent", f"{JSON_200}/schema")]),
+    (200, J, '{"b":1}', [("/body/a", "a required property", "absent", f"{JSON_200}/schema")]),
+    (200, {"Content-Type": "text/plain; charset=utf-8"}, "abcd",
+     [("/body", "at most 3 characters", '"abcd"', f"{RESPONSES}/200/content/text~1plain/schema")]),
+    (201, {"content-type": "text/markdown"}, b"abcd",
+     [("/body", "at most 3 characters", '"abcd"', f"{RESPONSES}/201/content/text~1*/schema")]),
+    (202, {"content-type": "application/octet-stream"}, b"\x00\x01", []),
+])
+def test_a_response_body_is_checked_against_its_media_type_then_its_schema(status, headers, body, found):
+    got = MEDIA.violations("POST", "/x", status, headers, body)
+    assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+@pytest.mark.parametrize("headers, body, found", [
+    (None, b'{"b":1}', [("/body/a", "a required property", "absent", "#/paths/~1x/post/requestBody/content/application~1json/schema")]),
+    (None, {"a": 1}, []),
+    (None, b"", [("/body", "a application/json body", "an empty body", "#/paths/~1x/post/requestBody/content/application~1json")]),
+    ({"content-type": "text/plain"}, b'{"a":1}',
+     [("/headers/content-type", "one of ['application/json']", '"text/plain"', "#/paths/~1x/post/requestBody/content")]),
+])
+def test_a_request_body_is_checked_as_a_response_body_is(headers, body, found):
+    got = MEDIA.request_violations("POST", "/x", body, headers=headers)
+    assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
