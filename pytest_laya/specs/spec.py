@@ -332,7 +332,7 @@ class Spec:
         if documented_response is None:
             documented = sorted(str(k) for k in op.definition.get("responses", {}))
             return [Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
-                              rule=f"{op.pointer}/responses")], []
+                              rule=f"#{op.pointer}/responses")], []
         response, pointer = documented_response
         lowered = _lower_headers(headers)
         problems = self._header_violations(response, pointer, lowered)

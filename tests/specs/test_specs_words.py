@@ -111,3 +111,50 @@ def test_a_response_body_is_checked_against_its_media_type_then_its_schema(statu
 def test_a_request_body_is_checked_as_a_response_body_is(headers, body, found):
     got = MEDIA.request_violations("POST", "/x", body, headers=headers)
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+# -- headers, routes and statuses --------------------------------------------------------------
+
+HEADERS = Spec({"openapi": "3.1.0", "info": {"title": "headers", "version": "1"},
+                "paths": {"/x": {"get": {"responses": {"200": {"description": "ok", "headers": {
+                    "X-Request-Id": {"required": True, "schema": {"type": "string", "pattern": "^r-[0-9]+$"}},
+                    "Retry-After": {"schema": {"type": "string", "pattern": "^[0-9]+$"}},
+                    "Content-Type": {"required": True, "schema": {"const": "never/checked"}},
+                    "Traceparent": {"$ref": "#/components/headers/Trace"},
+                    "X-Note": {"description": "any value"}}}}}}},
+                "components": {"headers": {"Trace": {"required": True, "schema": {"type": "string", "minLength": 55}}}}},
+               name="headers")
+OK_200 = "#/paths/~1x/get/responses/200/headers"
+TRACE = "0" * 55
+
+
+@pytest.mark.parametrize("headers, found", [
+    (None, [("/headers/x-request-id", "header X-Request-Id (required)", "absent", f"{OK_200}/X-Request-Id"),
+            ("/headers/traceparent", "header Traceparent (required)", "absent", "#/components/headers/Trace")]),
+    # Raw pairs, as a server sends them: any case, bytes, a repeated header joined as one value.
+    ([(b"X-Request-Id", b"r-1"), (b"x-request-id", b"r-2"), (b"Traceparent", b"00")],
+     [("/headers/x-request-id", "a string matching ^r-[0-9]+$", '"r-1, r-2"', f"{OK_200}/X-Request-Id/schema"),
+      ("/headers/traceparent", "at least 55 characters", '"00"', "#/components/headers/Trace/schema")]),
+    ({"X-REQUEST-ID": "r-7", "traceparent": TRACE, "Retry-After": "soon", "x-note": "\u00e9"},
+     [("/headers/retry-after", "a string matching ^[0-9]+$", '"soon"', f"{OK_200}/Retry-After/schema")]),
+    # Content-Type is the body's media type, never checked as a documented header.
+    ([("X-Request-Id", "r-7"), ("Traceparent", TRACE), ("content-type", "text/plain")], []),
+])
+def test_documented_headers_are_checked_for_presence_and_value(headers, found):
+    got = HEADERS.violations("GET", "/x", 200, headers, None)
+    assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+def test_documented_headers_are_listed_lower_case_without_content_type():
+    assert HEADERS.documented_headers("GET", "/x", 200) == ["x-request-id", "retry-after", "traceparent", "x-note"]
+    assert HEADERS.documented_headers("GET", "/x", 404) == [] and HEADERS.documented_headers("GET", "/y", 200) == []
+
+
+@pytest.mark.parametrize("method, path, status, found", [
+    ("GET", "/y", 200, [("/path", "one of the paths of the headers spec ['/x']", '"/y"', "")]),
+    ("put", "/x", 200, [("/method", "one of ['GET'] for /x", '"PUT"', "")]),
+    ("GET", "/x", 404, [("/status", "one of ['200'] for GET /x", "404", "#/paths/~1x/get/responses")]),
+])
+def test_an_undocumented_route_or_status_is_named_with_what_is_documented(method, path, status, found):
+    got = HEADERS.violations(method, path, status, None, None)
+    assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
