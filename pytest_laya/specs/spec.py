@@ -182,6 +182,8 @@ def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:
         "maxProperties": lambda: f"at most {value} properties",
         "format": lambda: f"format {value}",
         "uniqueItems": lambda: "unique items",
+        # jsonschema reports a oneOf that several variants match with no context.
+        "oneOf": lambda: "exactly one variant to match, but more than one did",
     }
     expected = words[keyword]() if keyword in words else f"{keyword} {_short(value)}"
     return [], expected, _short(instance)
@@ -205,13 +207,18 @@ def _leaves(error: ValidationError, base: list[Any]) -> list[tuple[list[Any], st
         discriminator = error.schema.get("discriminator") if isinstance(error.schema, Mapping) else None
         if isinstance(discriminator, Mapping) and isinstance(error.instance, Mapping):
             prop = discriminator.get("propertyName")
-            options = list(discriminator.get("mapping", {})) or "a documented variant"
-            return [(path + [prop], f"one of {_short(options)}", _short(error.instance.get(prop, "absent")))]
+            # Without a mapping, OpenAPI's discriminator values are the variants' schema names.
+            options = list(discriminator.get("mapping", {})) or [
+                variant["$ref"].rsplit("/", 1)[-1] for variant in error.validator_value
+                if isinstance(variant, Mapping) and isinstance(variant.get("$ref"), str)]
+            expected = f"one of {_short(options)}" if options else "a documented variant"
+            return [(path + [prop], expected, _short(error.instance[prop]) if prop in error.instance else "absent")]
         described = []
         for number, errs in enumerate(branches.values(), 1):
             leaves = [leaf for sub in errs for leaf in _leaves(sub, path)]
             described.append(f"[{number}] " + "; ".join(f"{json_pointer.pointer(p) or '/'} {e}" for p, e, _ in leaves[:3]))
-        return [(path, "exactly one variant to match, but each failed: " + " | ".join(described), _short(error.instance))]
+        how_many = "exactly one" if error.validator == "oneOf" else "at least one"
+        return [(path, f"{how_many} variant to match, but each failed: " + " | ".join(described), _short(error.instance))]
     extra, expected, actual = _expectation(error)
     return [(path + extra, expected, actual)]
 

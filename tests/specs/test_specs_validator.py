@@ -245,3 +245,22 @@ def test_judge_is_violations_and_documented_headers_in_one():
             args = (rec.method, rec.path, rec.status, rec.headers, rec.body_bytes)
             assert spec.judge(*args) == (spec.violations(*args), spec.documented_headers(rec.method, rec.path, rec.status))
     assert Spec.target().judge("GET", "/nowhere", 200, {}, b"") == (Spec.target().violations("GET", "/nowhere", 200, {}, b""), [])
+
+
+def test_a_spec_file_is_named_after_its_file_and_read_as_utf8(tmp_path):
+    text = (
+        "openapi: 3.1.0\ninfo: {title: 'caf\u00e9', version: '1'}\npaths: {/x: {get: {responses: {'200': {description: ok}}}}}\n"
+        "components: {schemas: {Odd: {type: 12}}}\n")
+    path = tmp_path / "shop.v2.openapi.yaml"
+    path.write_bytes(text.encode("utf-8"))
+    # check_schemas=False loads a document whose schemas are not checked against the meta-schema.
+    spec = Spec.from_path(path, check_schemas=False)
+    assert (spec.name, spec.source, spec.document["info"]["title"]) == ("shop.v2", str(path), "caf\u00e9")
+    assert Spec.from_path(path, name="mine", check_schemas=False).name == "mine"
+    with pytest.raises(SpecError, match="components/schemas/Odd is not a valid JSON Schema"):
+        Spec.from_path(path)
+    path.write_bytes(b"openapi: 3.1.0\ninfo: {title: '\xff'}\n")
+    with pytest.raises(SpecError, match=r"spec .*shop\.v2\.openapi\.yaml is not UTF-8 text: 'utf-8' codec can't decode"):
+        Spec.from_path(path)
+    with pytest.raises(SpecError, match=r"cannot read spec .*: Is a directory$"):
+        Spec.from_path(tmp_path)

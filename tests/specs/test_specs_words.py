@@ -6,16 +6,20 @@ keyword the specs use has its own words, checked here one by one on a small docu
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from pytest_laya.specs import Spec
 
 LONG = "x" * 200
+KIND_A = {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]}
+KIND_B = {"type": "object", "properties": {"kind": {"const": "b"}}, "required": ["kind"]}
 
 
 def schema_spec(schema) -> Spec:
     return Spec({"openapi": "3.1.0", "info": {"title": "words", "version": "1"}, "paths": {"/x": {"get": {"responses": {"200": {"description": "ok"}}}}},
-                 "components": {"schemas": {"S": schema}}}, name="words")
+                 "components": {"schemas": {"S": schema, "A": KIND_A, "B": KIND_B}}}, name="words")
 
 
 @pytest.mark.parametrize("schema, instance, where, expected, actual", [
@@ -41,6 +45,25 @@ def schema_spec(schema) -> Spec:
     ({"uniqueItems": True}, [1, 1], [""], "unique items", "[1, 1]"),
     ({"multipleOf": 2}, 3, [""], "multipleOf 2", "3"),
     ({"not": {"type": "string"}}, "s", [""], 'not {"type": "string"}', '"s"'),
+    ({"enum": ["caf\u00e9"]}, "th\u00e9", [""], 'one of ["caf\u00e9"]', '"th\u00e9"'),  # text as written, not \u-escaped
+    # A parsed body may hold what JSON cannot: shown as text, never a crash.
+    ({"type": "string"}, datetime.date(2026, 1, 2), [""], "type string", 'date "2026-01-02"'),
+    ({"type": "string"}, {(1, 2): 3}, [""], "type string", "dict {(1, 2): 3}"),
+    # A failed oneOf or anyOf names each variant's first problems (three at most).
+    ({"anyOf": [{"type": "string"}, {"type": "object", "required": ["a", "b", "c", "d"]}]}, {"z": 1}, [""],
+     "at least one variant to match, but each failed: [1] / type string | [2] /a a required property; "
+     "/b a required property; /c a required property", '{"z": 1}'),
+    ({"oneOf": [{"type": "string"}, {"type": "integer", "minimum": 3}]}, 1.5, [""],
+     "exactly one variant to match, but each failed: [1] / type string | [2] / type integer; / >= 3", "1.5"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 1}]}, "abc", [""],
+     "exactly one variant to match, but more than one did", '"abc"'),
+    # With a discriminator, the violation is on it: the mapping's values, else the variants' names.
+    ({"oneOf": [KIND_A, KIND_B], "discriminator": {"propertyName": "kind", "mapping": {"a": "#/x", "b": "#/y"}}},
+     {"kind": "c"}, ["/kind"], 'one of ["a", "b"]', '"c"'),
+    ({"oneOf": [{"$ref": "#/components/schemas/A"}, {"$ref": "#/components/schemas/B"}],
+      "discriminator": {"propertyName": "kind"}}, {"kind": "c"}, ["/kind"], 'one of ["A", "B"]', '"c"'),
+    ({"oneOf": [KIND_A, KIND_B], "discriminator": {"propertyName": "kind"}}, {"x": 1}, ["/kind"],
+     "a documented variant", "absent"),
     # Long values are cut to 120 characters, whatever the keyword: the message stays readable.
     ({"const": "a"}, LONG, [""], 'the value "a"', '"' + "x" * 116 + "..."),
     ({"const": "a"}, "x" * 118, [""], 'the value "a"', '"' + "x" * 118 + '"'),
@@ -157,4 +180,22 @@ def test_documented_headers_are_listed_lower_case_without_content_type():
 ])
 def test_an_undocumented_route_or_status_is_named_with_what_is_documented(method, path, status, found):
     got = HEADERS.violations(method, path, status, None, None)
+    assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+NO_BODY = Spec({"openapi": "3.1.0", "info": {"title": "w", "version": "1"}, "paths": {"/x": {
+    "get": {"responses": {"200": {"description": "ok"}}},
+    "post": {"requestBody": {"description": "documents no content"}, "responses": {"200": {"description": "ok"}}}}}},
+    name="no-body")
+
+
+@pytest.mark.parametrize("method, body, found", [
+    ("get", b"", []), ("get", None, []), ("get", "", []),
+    ("get", b"x", [("/body", "no body for GET /x", "a body", "")]),
+    ("get", {}, [("/body", "no body for GET /x", "a body", "")]),  # parsed JSON is a body, even empty
+    ("post", b"", []),
+    ("post", b"x", [("/body", "no request body", '"x"', "#/paths/~1x/post/requestBody/content")]),
+])
+def test_a_request_body_where_none_is_documented_is_a_violation(method, body, found):
+    got = NO_BODY.request_violations(method, "/x", body, headers=[("Content-Type", "text/plain")])
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
