@@ -516,7 +516,8 @@ class Spec:
         if empty:
             return [Violation(where, f"a {chosen} body", "an empty body", rule="#" + media_pointer)]
         instance: Any = body
-        json_media = _JSON_MEDIA.match(chosen) is not None
+        # A range (application/*, */*) documents a JSON body too when the body says it is JSON.
+        json_media = _JSON_MEDIA.match(chosen) is not None or _JSON_MEDIA.match(media) is not None
         parsed_before = _last_parsed
         if json_media and type(body) is bytes and parsed_before[0] is body:
             instance = parsed_before[1]  # the same body, checked against the other spec a moment ago

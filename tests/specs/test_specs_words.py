@@ -10,7 +10,7 @@ import datetime
 
 import pytest
 
-from pytest_laya.specs import Spec
+from pytest_laya.specs import Spec, SpecError
 
 LONG = "x" * 200
 KIND_A = {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]}
@@ -199,3 +199,78 @@ NO_BODY = Spec({"openapi": "3.1.0", "info": {"title": "w", "version": "1"}, "pat
 def test_a_request_body_where_none_is_documented_is_a_violation(method, body, found):
     got = NO_BODY.request_violations(method, "/x", body, headers=[("Content-Type", "text/plain")])
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+# -- formats, routes, response keys, media ranges, pointers ----------------------------------
+
+@pytest.mark.parametrize("value, ok", [
+    ("https://example.com/a?b=c#d", True), ("HTTPS://Example.COM/A", True), ("../relative/path", True), ("", True),
+    ("https://example.com/a b", False), ("caf\u00e9", False), ("a<b>", False),
+])
+def test_uri_reference_is_checked_without_an_optional_package(value, ok):
+    # jsonschema checks uri-reference only with rfc3987 installed; the kit checks it always.
+    spec = schema_spec({"type": "object", "properties": {"link": {"type": "string", "format": "uri-reference"}}})
+    found = spec.schema_violations("#/components/schemas/S", {"link": value})
+    assert [(x.where, x.expected) for x in found] == ([] if ok else [("/link", "format uri-reference")])
+
+
+def test_a_format_on_a_value_of_another_type_is_no_violation():
+    assert schema_spec({"format": "uri-reference"}).schema_violations("#/components/schemas/S", 5) == []
+
+
+def test_header_bytes_are_latin_1():
+    got = HEADERS.violations("GET", "/x", 200, [(b"X-Request-Id", b"r-caf\xe9"), (b"Traceparent", TRACE.encode())], None)
+    assert [(x.where, x.actual) for x in got] == [("/headers/x-request-id", '"r-caf\u00e9"')]
+
+
+def test_a_variant_told_apart_by_an_enum_is_a_wrong_branch_not_a_failed_match():
+    by_enum = {"oneOf": [{"type": "object", "properties": {"kind": {"enum": ["a"]}, "n": {"type": "integer"}},
+                          "required": ["kind"]},
+                         {"type": "object", "properties": {"kind": {"enum": ["b"]}, "s": {"type": "string"}},
+                          "required": ["kind"]}]}
+    found = schema_spec(by_enum).schema_violations("#/components/schemas/S", {"kind": "b", "s": 3})
+    assert [(x.where, x.expected) for x in found] == [("/s", "type string")]
+
+
+ROUTES = Spec({"openapi": "3.1.0", "info": {"title": "routes", "version": "1"}, "paths": {
+    "/x/{id}": {"get": {"responses": {"200": {"description": "one", "content": {"application/json": {"schema": {"type": "integer"}}}}}}},
+    "/x/~raw": {"get": {"responses": {
+        "2XX": {"description": "any success", "content": {"application/*": {"schema": {"type": "string"}}}},
+        "default": {"description": "anything else", "content": {"*/*": {"schema": {"type": "object"}}}}}}}}},
+    name="routes")
+
+
+@pytest.mark.parametrize("path, status, headers, body, found", [
+    # A literal path wins over a template that also matches it, whatever their order in the file.
+    ("/x/~raw", 200, J, b'"text"', []),
+    ("/x/7", 200, J, b'"text"', [("/body", "type integer")]),
+    ("/x/7/8", 200, J, b"1", [("/path", "one of the paths of the routes spec ['/x/{id}', '/x/~raw']")]),
+    # A status matches its own key, then its class (2XX), then default.
+    ("/x/~raw", 204, {"content-type": "application/problem+json"}, b"3", [("/body", "type string")]),
+    ("/x/~raw", 503, {"content-type": "text/html"}, b'"busy"', [("/body", "type object")]),
+])
+def test_routes_statuses_and_media_ranges_resolve_as_openapi_says(path, status, headers, body, found):
+    got = ROUTES.violations("GET", path, status, headers, body)
+    assert [(x.where, x.expected) for x in got] == found
+
+
+def test_a_schema_is_named_by_a_pointer_with_escapes_and_indexes():
+    spec = Spec({"openapi": "3.1.0", "info": {"title": "p", "version": "1"},
+                 "paths": {"/x": {"get": {"responses": {"200": {"description": "ok"}}}}},
+                 "components": {"schemas": {"a/b~c": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}}}, name="p")
+    assert [x.expected for x in spec.schema_violations("#/components/schemas/a~1b~0c/oneOf/1", "s")] == ["type integer"]
+    with pytest.raises(SpecError, match=r"\$ref #/components/schemas/a~1b~0c/oneOf/2 points to nothing"):
+        spec.schema_violations("#/components/schemas/a~1b~0c/oneOf/2", "s")
+
+
+def test_a_ref_loop_or_a_ref_nowhere_inside_a_list_names_the_file():
+    paths = {"/x": {"get": {"responses": {"200": {"description": "ok", "headers": {"X-A": {"$ref": "#/components/headers/A"}}}}}}}
+    looped = Spec({"openapi": "3.1.0", "info": {"title": "l", "version": "1"}, "paths": paths,
+                   "components": {"headers": {"A": {"$ref": "#/components/headers/B"}, "B": {"$ref": "#/components/headers/A"}}}},
+                  name="l", source="looped.yaml")
+    with pytest.raises(SpecError, match=r"^spec looped.yaml: \$ref loop at #/components/headers/"):
+        looped.violations("GET", "/x", 200, None, None)
+    with pytest.raises(SpecError, match=r"^spec listed.yaml: .*#/components/schemas/Gone"):
+        Spec({"openapi": "3.1.0", "info": {"title": "l", "version": "1"}, "paths": {"/x": {"get": {"responses": {"200": {
+            "description": "ok", "content": {"application/json": {"schema": {"allOf": [{"$ref": "#/components/schemas/Gone"}]}}}}}}}}},
+             name="l", source="listed.yaml")
