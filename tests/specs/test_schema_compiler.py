@@ -330,6 +330,8 @@ def test_numeric_keywords_skip_bools_and_non_numbers():
     assert agree({"exclusiveMinimum": 0, "exclusiveMaximum": 1}, [0, 1, 0.5]) == [False, False, True]
     assert agree({"multipleOf": 0.5}, [1.5, 1.25, 2, True]) == [True, False, True, True]
     agree({"multipleOf": 0.01}, [0.07, 0.075, 1e308, 3, 10**300])  # float rounding and overflow: as jsonschema
+    # A quotient past the float range is decided exactly (with fractions), as jsonschema does.
+    assert agree({"multipleOf": 0.5}, [1e308, 1.7e308]) == [True, True]
     assert agree({"multipleOf": 3}, [9, 9.0, 10, 4.5, True]) == [True, True, False, False, True]
     assert agree({"type": "integer", "minimum": 0}, [0, -1, 3.0, False]) == [True, False, True, False]
     # NaN compares false both ways: jsonschema's `instance < minimum` lets it through.
@@ -684,6 +686,14 @@ def test_equal_is_jsonschemas(one, two):
     assert equal(one, two) == theirs(one, two)
     assert equal(one, one) == theirs(one, one)
     assert equal(one, copy.deepcopy(one)) == theirs(one, copy.deepcopy(one))
+
+
+def test_equal_strings_are_equal_whatever_their_identity():
+    from pytest_laya.specs.schema_compiler import equal, uniq
+
+    literal, built = "choice", "".join(["cho", "ice"])  # equal, and two objects
+    assert built is not literal and equal(built, literal) and equal([literal], [built])
+    assert not uniq([literal, built]) and agree({"const": literal}, [built]) == [True]
 
 
 @settings(max_examples=600, deadline=None)
