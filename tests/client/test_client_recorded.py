@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -221,3 +222,42 @@ async def test_async_client_gives_the_same_decision_as_the_sync_one():
         got = await client.decide(rec.request["state"], rec.request["questions"], request_id="same")
     assert got.answers == expected.answers and got.usage == expected.usage and got.model == expected.model
     assert got.provenance.request_id == expected.provenance.request_id == "same"
+
+
+@pytest.mark.parametrize("health, words", [
+    ((200, {"content-type": "text/html"}, "<html>proxy login</html>"), "GET /health did not return a JSON health document"),
+    ((404, {"content-type": "application/json"}, {"detail": "Not Found"}), "GET /health did not return a JSON health document"),
+])
+def test_an_explicit_health_read_of_something_else_is_a_bad_response(health, words):
+    transport = httpx.MockTransport(replay(answer_of(BY_NAME["system1/worker.noul.json"]), health=health))
+    with ServedLayaClient("http://laya.test", model="english", transport=transport) as client:
+        with pytest.raises(LayaCallError, match=words) as raised:
+            client.health()
+    assert (raised.value.code, raised.value.status) == ("bad_response", health[0])
+
+
+def test_a_model_named_in_the_call_is_the_one_asked_for():
+    noul = BY_NAME["system1/worker.noul.json"]
+    seen: list[httpx.Request] = []
+    transport = httpx.MockTransport(replay(answer_of(noul), health=answer_of(BY_NAME["system1/worker.health.json"]), seen=seen))
+    with ServedLayaClient("http://laya.test", model="default-model", transport=transport) as client:
+        decision = client.decide(noul.request["state"], noul.request["questions"], model="english")
+    assert json.loads(seen[0].content)["model"] == "english" and decision.answers
+
+
+def test_every_exchange_is_observed_with_its_elapsed_time():
+    noul = BY_NAME["system1/worker.noul.json"]
+    slow = replay(answer_of(noul), health=answer_of(BY_NAME["system1/worker.health.json"]))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.2 if request.url.path != "/health" else 0.0)
+        return slow(request)
+
+    observed = []
+    with ServedLayaClient("http://laya.test", model="english", transport=httpx.MockTransport(handler),
+                          on_exchange=observed.append) as client:
+        started = time.monotonic()
+        client.decide(noul.request["state"], noul.request["questions"])
+        total = time.monotonic() - started
+    decision = next(x for x in observed if x.path == "/v1/systemone")
+    assert 0.2 <= decision.elapsed_s <= total and decision.status == 200 and decision.method == "POST"
