@@ -15,6 +15,7 @@ Usage (from the repository root; long, so nice it on a shared machine)::
     nice -n 10 .venv/bin/python scripts/mutation_test.py                # every target
     nice -n 10 .venv/bin/python scripts/mutation_test.py policy cassettes
     nice -n 19 .venv/bin/python scripts/mutation_test.py --survivors --jobs 2 cassettes
+    nice -n 19 .venv/bin/python scripts/mutation_test.py --survivors --only pytest_laya.specs.spec specs
     .venv/bin/python scripts/mutation_test.py --list
 
 Without options each target starts from a fresh copy. ``--survivors`` re-runs only the mutants
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-run only the mutants the previous run of each target did not kill")
     parser.add_argument("--report", action="store_true",
                         help="print the scores of each target's last run and write its survivors, running nothing")
+    parser.add_argument("--only", metavar="MODULE",
+                        help="with --survivors: re-run only the mutants of this module (e.g. pytest_laya.specs.spec)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="mutants tested at once (default 1; each runs its tests in its own process)")
     args = parser.parse_args(argv)
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, target in TARGETS.items():
             print(f"{name}: {' '.join(target.modules)}\n    tests: {' '.join(target.tests)}")
         return 0
+    if args.only and not args.survivors:
+        parser.error("--only needs --survivors (a fresh run mutates every module of the target)")
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
         parser.error(f"unknown target(s) {', '.join(unknown)}; --list shows the targets")
@@ -250,7 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.survivors:
             if not (workdir / "mutants").is_dir():
                 parser.error(f"--survivors: {name} has no previous run in {workdir.relative_to(ROOT)}")
-            mutants = [m for m, status in results(workdir).items() if status != "killed"]
+            found = results(workdir)
+            modules = sorted({module_of(m) for m in found})
+            if args.only and args.only not in modules:
+                parser.error(f"--only {args.only}: not a module of {name}; its modules: {', '.join(modules)}")
+            mutants = [m for m, status in found.items() if status != "killed" and (not args.only or module_of(m) == args.only)]
             if not mutants:
                 print(f"{name}: no survivors to re-run")
                 report(name, workdir, 0.0)
