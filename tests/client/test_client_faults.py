@@ -159,6 +159,17 @@ def test_a_transport_passed_in_still_ends_a_trickle_at_the_deadline(head):
     assert len(server.requests) == 1
 
 
+def test_a_transport_passed_in_ends_a_short_deadline_on_time():
+    # A deadline under a second is kept too. (Whether the watchdog or the check between body
+    # chunks ends it depends on when the chunks land: this test cannot tell them apart.)
+    short = 0.3
+    slow = Trickle(OK, chunk_size=8, interval_s=0.9 * short)
+    with served(slow) as server:
+        error, elapsed = decide("sync", server.url, timeout_s=short, transport=httpx.HTTPTransport())
+    assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded"
+    assert short - 0.05 <= elapsed < short + SLACK_S
+
+
 def test_a_transport_passed_in_ends_a_stall_on_a_reused_connection_at_the_deadline():
     # A pooled connection makes no connect event: the watchdog learns its socket from the response.
     stalling = Trickle(OK, chunk_size=8, interval_s=0.9 * DEADLINE_S)
