@@ -48,7 +48,7 @@ def _is_uri_reference(value: object) -> bool:
     # silently does nothing is worse than this small RFC 3986 one.
     if not isinstance(value, str):
         return True
-    return re.fullmatch(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", value) is not None and " " not in value
+    return re.fullmatch(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", value) is not None
 
 
 # jsonschema (and referencing) are imported only when a response is rejected, a schema cannot be

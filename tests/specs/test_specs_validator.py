@@ -167,12 +167,29 @@ def test_target_refuses_empty_questions_that_today_is_answered():
     assert [x.where for x in Spec.target().request_violations("POST", "/v1/systemone", body)] == ["/body/questions"]
 
 
-def test_validators_are_compiled_once_and_reused():
-    spec = Spec.from_path(Spec.current().source)
-    spec.violations("POST", "/v1/systemone", 200, JSON, OK_BODY)
+def test_conforming_bodies_take_the_compiled_path_and_a_rejection_builds_its_validator_once():
+    # The compiled predicates accept conforming traffic without building a jsonschema validator
+    # (what keeps replay fast); a rejection builds one per schema, then reuses it.
+    spec = Spec.from_path(Spec.current().source, check_schemas=False)
+    for _ in range(2):
+        assert v(spec, OK_BODY) == []
+    assert spec._validators == {}
+    bad = json.loads(json.dumps(OK_BODY))
+    bad["answers"]["q"]["confidence"] = 4.0
+    assert [x.where for x in v(spec, bad)] == ["/body/answers/q/confidence"]
     compiled = dict(spec._validators)
-    spec.violations("POST", "/v1/systemone", 200, JSON, OK_BODY)
+    assert len(compiled) == 1
+    assert [x.where for x in v(spec, bad)] == ["/body/answers/q/confidence"]
     assert spec._validators == compiled and all(spec._validators[k] is compiled[k] for k in compiled)
+
+
+def test_is_valid_is_no_violations():
+    spec = Spec.current()
+    assert spec.is_valid("POST", "/v1/systemone", 200, JSON, OK_BODY)
+    assert not spec.is_valid("POST", "/v1/systemone", 200, JSON, {**OK_BODY, "answers": []})
+    assert not spec.is_valid("GET", "/v1/systemone", 200, JSON, OK_BODY)
+    assert not spec.is_valid("POST", "/nowhere", 200, JSON, OK_BODY)
+    assert not spec.is_valid("POST", "/v1/systemone", 200, {}, json.dumps(OK_BODY))
 
 
 def test_current_and_target_are_loaded_once():
@@ -193,7 +210,12 @@ def test_missing_spec_file(tmp_path):
     ("text", "message"),
     [
         ("openapi: 3.1.0\npaths: {a: [\n", "is not valid YAML"),
-        ("- just\n- a list\n", "expected an OpenAPI document"),
+        ("- just\n- a list\n", r"expected an OpenAPI document \(a mapping\), got list"),
+        ("openapi: 3.1.0\npaths: {/x: [get]}\n", r"paths\['/x'\] must be a mapping"),
+        ("openapi: 3.1.0\npaths: {/x: {get: {responses: {'200': {description: ok, content: {application/json: "
+         "{schema: {allOf: [{$ref: 'other.yaml#/a'}]}}}}}}}}\n",
+         r"only local \$refs are supported, found 'other.yaml#/a' at "
+         r"/paths/~1x/get/responses/200/content/application~1json/schema/allOf/0$"),
         ("openapi: 3.0.3\npaths: {/x: {get: {responses: {}}}}\n", "expected 'openapi: 3.1.x'"),
         ("openapi: 3.1.0\ninfo: {title: t, version: '1'}\n", "no 'paths'"),
         ("openapi: 3.1.0\npaths: {/x: {get: {summary: s}}}\n", "GET /x has no 'responses'"),

@@ -1,7 +1,8 @@
 """What a violation says: for each JSON Schema keyword, the words a test reader sees.
 
 A user reads ``/body/x: expected <what the spec asks>, got <what came>`` in a failed test; each
-keyword the specs use has its own words, checked here one by one on a small document.
+keyword the specs use has its own words, checked here one by one on a small document. Each test
+builds its own `Spec` from a document (cheap for these), so what it checks runs inside the test.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_a_format_is_named_in_the_expectation():
 
 # -- the body before its schema: media type, encoding, JSON ----------------------------------
 
-MEDIA = Spec({"openapi": "3.1.0", "info": {"title": "media", "version": "1"}, "paths": {"/x": {"post": {
+MEDIA = {"openapi": "3.1.0", "info": {"title": "media", "version": "1"}, "paths": {"/x": {"post": {
     "requestBody": {"content": {"application/json": {"schema": {"type": "object", "required": ["a"]}}}},
     "responses": {
         "200": {"description": "json or text", "content": {
@@ -90,7 +91,7 @@ MEDIA = Spec({"openapi": "3.1.0", "info": {"title": "media", "version": "1"}, "p
             "text/plain": {"schema": {"type": "string", "maxLength": 3}}}},
         "201": {"description": "any text", "content": {"text/*": {"schema": {"type": "string", "maxLength": 3}}}},
         "202": {"description": "no schema", "content": {"application/octet-stream": {}}},
-        "204": {"description": "nothing"}}}}}}, name="media")
+        "204": {"description": "nothing"}}}}}}
 J = {"content-type": "application/json"}
 RESPONSES = "#/paths/~1x/post/responses"
 JSON_200 = f"{RESPONSES}/200/content/application~1json"
@@ -118,10 +119,20 @@ JSON_200 = f"{RESPONSES}/200/content/application~1json"
     (201, {"content-type": "text/markdown"}, b"abcd",
      [("/body", "at most 3 characters", '"abcd"', f"{RESPONSES}/201/content/text~1*/schema")]),
     (202, {"content-type": "application/octet-stream"}, b"\x00\x01", []),
+    # A body where none is documented is shown as text, undecodable bytes replaced.
+    (204, {}, b"caf\xe9", [("/body", "no response body", '"caf\ufffd"', f"{RESPONSES}/204/content")]),
 ])
 def test_a_response_body_is_checked_against_its_media_type_then_its_schema(status, headers, body, found):
-    got = MEDIA.violations("POST", "/x", status, headers, body)
+    got = Spec(MEDIA, name="media").violations("POST", "/x", status, headers, body)
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
+
+
+def test_parsed_json_without_headers_is_held_to_the_first_media_type_when_none_is_json():
+    text_only = {"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {"/t": {"get": {"responses": {
+        "200": {"description": "text", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}}}
+    got = Spec(text_only, name="t").violations("GET", "/t", 200, None, {"a": 1})
+    assert [(x.where, x.expected, x.rule) for x in got] == [
+        ("/body", "type string", "#/paths/~1t/get/responses/200/content/text~1plain/schema")]
 
 
 @pytest.mark.parametrize("headers, body, found", [
@@ -132,21 +143,20 @@ def test_a_response_body_is_checked_against_its_media_type_then_its_schema(statu
      [("/headers/content-type", "one of ['application/json']", '"text/plain"', "#/paths/~1x/post/requestBody/content")]),
 ])
 def test_a_request_body_is_checked_as_a_response_body_is(headers, body, found):
-    got = MEDIA.request_violations("POST", "/x", body, headers=headers)
+    got = Spec(MEDIA, name="media").request_violations("POST", "/x", body, headers=headers)
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
 
 
 # -- headers, routes and statuses --------------------------------------------------------------
 
-HEADERS = Spec({"openapi": "3.1.0", "info": {"title": "headers", "version": "1"},
+HEADERS = {"openapi": "3.1.0", "info": {"title": "headers", "version": "1"},
                 "paths": {"/x": {"get": {"responses": {"200": {"description": "ok", "headers": {
                     "X-Request-Id": {"required": True, "schema": {"type": "string", "pattern": "^r-[0-9]+$"}},
                     "Retry-After": {"schema": {"type": "string", "pattern": "^[0-9]+$"}},
                     "Content-Type": {"required": True, "schema": {"const": "never/checked"}},
                     "Traceparent": {"$ref": "#/components/headers/Trace"},
                     "X-Note": {"description": "any value"}}}}}}},
-                "components": {"headers": {"Trace": {"required": True, "schema": {"type": "string", "minLength": 55}}}}},
-               name="headers")
+                "components": {"headers": {"Trace": {"required": True, "schema": {"type": "string", "minLength": 55}}}}}
 OK_200 = "#/paths/~1x/get/responses/200/headers"
 TRACE = "0" * 55
 
@@ -164,13 +174,14 @@ TRACE = "0" * 55
     ([("X-Request-Id", "r-7"), ("Traceparent", TRACE), ("content-type", "text/plain")], []),
 ])
 def test_documented_headers_are_checked_for_presence_and_value(headers, found):
-    got = HEADERS.violations("GET", "/x", 200, headers, None)
+    got = Spec(HEADERS, name="headers").violations("GET", "/x", 200, headers, None)
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
 
 
 def test_documented_headers_are_listed_lower_case_without_content_type():
-    assert HEADERS.documented_headers("GET", "/x", 200) == ["x-request-id", "retry-after", "traceparent", "x-note"]
-    assert HEADERS.documented_headers("GET", "/x", 404) == [] and HEADERS.documented_headers("GET", "/y", 200) == []
+    spec = Spec(HEADERS, name="headers")
+    assert spec.documented_headers("GET", "/x", 200) == ["x-request-id", "retry-after", "traceparent", "x-note"]
+    assert spec.documented_headers("GET", "/x", 404) == [] and spec.documented_headers("GET", "/y", 200) == []
 
 
 @pytest.mark.parametrize("method, path, status, found", [
@@ -179,14 +190,13 @@ def test_documented_headers_are_listed_lower_case_without_content_type():
     ("GET", "/x", 404, [("/status", "one of ['200'] for GET /x", "404", "#/paths/~1x/get/responses")]),
 ])
 def test_an_undocumented_route_or_status_is_named_with_what_is_documented(method, path, status, found):
-    got = HEADERS.violations(method, path, status, None, None)
+    got = Spec(HEADERS, name="headers").violations(method, path, status, None, None)
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
 
 
-NO_BODY = Spec({"openapi": "3.1.0", "info": {"title": "w", "version": "1"}, "paths": {"/x": {
+NO_BODY = {"openapi": "3.1.0", "info": {"title": "w", "version": "1"}, "paths": {"/x": {
     "get": {"responses": {"200": {"description": "ok"}}},
-    "post": {"requestBody": {"description": "documents no content"}, "responses": {"200": {"description": "ok"}}}}}},
-    name="no-body")
+    "post": {"requestBody": {"description": "documents no content"}, "responses": {"200": {"description": "ok"}}}}}}
 
 
 @pytest.mark.parametrize("method, body, found", [
@@ -197,7 +207,7 @@ NO_BODY = Spec({"openapi": "3.1.0", "info": {"title": "w", "version": "1"}, "pat
     ("post", b"x", [("/body", "no request body", '"x"', "#/paths/~1x/post/requestBody/content")]),
 ])
 def test_a_request_body_where_none_is_documented_is_a_violation(method, body, found):
-    got = NO_BODY.request_violations(method, "/x", body, headers=[("Content-Type", "text/plain")])
+    got = Spec(NO_BODY, name="no-body").request_violations(method, "/x", body, headers=[("Content-Type", "text/plain")])
     assert [(x.where, x.expected, x.actual, x.rule) for x in got] == found
 
 
@@ -219,7 +229,7 @@ def test_a_format_on_a_value_of_another_type_is_no_violation():
 
 
 def test_header_bytes_are_latin_1():
-    got = HEADERS.violations("GET", "/x", 200, [(b"X-Request-Id", b"r-caf\xe9"), (b"Traceparent", TRACE.encode())], None)
+    got = Spec(HEADERS, name="headers").violations("GET", "/x", 200, [(b"X-Request-Id", b"r-caf\xe9"), (b"Traceparent", TRACE.encode())], None)
     assert [(x.where, x.actual) for x in got] == [("/headers/x-request-id", '"r-caf\u00e9"')]
 
 
@@ -232,34 +242,42 @@ def test_a_variant_told_apart_by_an_enum_is_a_wrong_branch_not_a_failed_match():
     assert [(x.where, x.expected) for x in found] == [("/s", "type string")]
 
 
-ROUTES = Spec({"openapi": "3.1.0", "info": {"title": "routes", "version": "1"}, "paths": {
+ROUTES = {"openapi": "3.1.0", "info": {"title": "routes", "version": "1"}, "paths": {
+    "/": {"get": {"responses": {"200": {"description": "root", "content": {"application/json": {"schema": {"type": "boolean"}}}}}}},
     "/x/{id}": {"get": {"responses": {"200": {"description": "one", "content": {"application/json": {"schema": {"type": "integer"}}}}}}},
     "/x/~raw": {"get": {"responses": {
         "2XX": {"description": "any success", "content": {"application/*": {"schema": {"type": "string"}}}},
-        "default": {"description": "anything else", "content": {"*/*": {"schema": {"type": "object"}}}}}}}}},
-    name="routes")
+        "default": {"description": "anything else", "content": {"*/*": {"schema": {"type": "object"}}}}}}}}}
 
 
 @pytest.mark.parametrize("path, status, headers, body, found", [
     # A literal path wins over a template that also matches it, whatever their order in the file.
     ("/x/~raw", 200, J, b'"text"', []),
     ("/x/7", 200, J, b'"text"', [("/body", "type integer")]),
-    ("/x/7/8", 200, J, b"1", [("/path", "one of the paths of the routes spec ['/x/{id}', '/x/~raw']")]),
+    ("/x/7/8", 200, J, b"1", [("/path", "one of the paths of the routes spec ['/', '/x/{id}', '/x/~raw']")]),
+    # The query and the fragment are not part of the path, whatever they hold.
+    ("/x/~raw?a=/x/7?b", 200, J, b'"text"', []),
+    ("/x/~raw#top?a=1#b", 200, J, b'"text"', []),
+    ("/x/7?q#f", 200, J, b"7", []),
+    ("?q=1", 200, J, b"true", []),  # an empty path is "/"
     # A status matches its own key, then its class (2XX), then default.
     ("/x/~raw", 204, {"content-type": "application/problem+json"}, b"3", [("/body", "type string")]),
     ("/x/~raw", 503, {"content-type": "text/html"}, b'"busy"', [("/body", "type object")]),
 ])
 def test_routes_statuses_and_media_ranges_resolve_as_openapi_says(path, status, headers, body, found):
-    got = ROUTES.violations("GET", path, status, headers, body)
+    got = Spec(ROUTES, name="routes").violations("GET", path, status, headers, body)
     assert [(x.where, x.expected) for x in got] == found
 
 
 def test_a_schema_is_named_by_a_pointer_with_escapes_and_indexes():
     spec = Spec({"openapi": "3.1.0", "info": {"title": "p", "version": "1"},
                  "paths": {"/x": {"get": {"responses": {"200": {"description": "ok"}}}}},
-                 "components": {"schemas": {"a/b~c": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}}}, name="p")
+                 "components": {"schemas": {"a/b~c": {"oneOf": [{"type": "string"}, {"type": "integer", "properties": {
+                     "n": {"type": "integer"}}}]}}}}, name="p")
     assert [x.expected for x in spec.schema_violations("#/components/schemas/a~1b~0c/oneOf/1", "s")] == ["type integer"]
-    with pytest.raises(SpecError, match=r"\$ref #/components/schemas/a~1b~0c/oneOf/2 points to nothing"):
+    assert [x.expected for x in spec.schema_violations("#/components/schemas/a~1b~0c/oneOf/1/properties/n", "s")] == \
+        ["type integer"]
+    with pytest.raises(SpecError, match=r"^spec <memory>: \$ref #/components/schemas/a~1b~0c/oneOf/2 points to nothing$"):
         spec.schema_violations("#/components/schemas/a~1b~0c/oneOf/2", "s")
 
 
