@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -180,7 +181,37 @@ def test_conforming_bodies_take_the_compiled_path_and_a_rejection_builds_its_val
     compiled = dict(spec._validators)
     assert len(compiled) == 1
     assert [x.where for x in v(spec, bad)] == ["/body/answers/q/confidence"]
-    assert spec._validators == compiled and all(spec._validators[k] is compiled[k] for k in compiled)
+    assert spec._validators == compiled and all(spec._validators[k] is compiled[k] is not None for k in compiled)
+
+
+def test_a_format_the_kit_checks_stays_on_the_compiled_path():
+    linked = {"openapi": "3.1.0", "info": {"title": "f", "version": "1"}, "paths": {"/x": {"get": {"responses": {
+        "200": {"description": "ok", "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"next": {"type": "string", "format": "uri-reference"}}}}}}}}}}}
+    spec = Spec(linked, name="f")
+    assert v(spec, {"next": "/page/2"}, method="GET", path="/x") == []
+    assert spec._validators == {}  # accepted without jsonschema
+    assert [x.where for x in v(spec, {"next": "/page 2"}, method="GET", path="/x")] == ["/body/next"]
+
+
+def test_remembered_routes_stay_bounded():
+    spec = Spec.from_path(Spec.current().source, check_schemas=False)
+    sizes = set()
+    for n in range(600):
+        spec.operation("GET", f"/v1/unknown/{n}")
+        sizes.add(len(spec._routed))
+    assert max(sizes) == 512 and min(sizes) == 1  # full, then cleared and refilled
+
+
+def test_the_bundled_documents_are_found_in_a_checkout_and_in_a_wheel():
+    from pytest_laya.specs.spec import CURRENT_SPEC_FILE, TARGET_SPEC_FILE, _bundled_path
+
+    root = Path(__file__).resolve().parents[2]
+    for name in (CURRENT_SPEC_FILE, TARGET_SPEC_FILE):
+        found = _bundled_path(name)
+        # A checkout has them in specs/; an installed wheel inside the package (tests/integration/test_packaging.py).
+        assert found.is_file() and found.name == name
+        assert found in (root / "specs" / name, root / "pytest_laya" / "specs" / "documents" / name)
 
 
 def test_is_valid_is_no_violations():
@@ -190,6 +221,7 @@ def test_is_valid_is_no_violations():
     assert not spec.is_valid("GET", "/v1/systemone", 200, JSON, OK_BODY)
     assert not spec.is_valid("POST", "/nowhere", 200, JSON, OK_BODY)
     assert not spec.is_valid("POST", "/v1/systemone", 200, {}, json.dumps(OK_BODY))
+    assert spec.is_valid("POST", "/v1/systemone", 200, JSON, json.dumps(OK_BODY))
 
 
 def test_current_and_target_are_loaded_once():

@@ -121,6 +121,7 @@ JSON_200 = f"{RESPONSES}/200/content/application~1json"
     (202, {"content-type": "application/octet-stream"}, b"\x00\x01", []),
     # A body where none is documented is shown as text, undecodable bytes replaced.
     (204, {}, b"caf\xe9", [("/body", "no response body", '"caf\ufffd"', f"{RESPONSES}/204/content")]),
+    (204, {}, "hi", [("/body", "no response body", '"hi"', f"{RESPONSES}/204/content")]),
 ])
 def test_a_response_body_is_checked_against_its_media_type_then_its_schema(status, headers, body, found):
     got = Spec(MEDIA, name="media").violations("POST", "/x", status, headers, body)
@@ -258,6 +259,7 @@ ROUTES = {"openapi": "3.1.0", "info": {"title": "routes", "version": "1"}, "path
     # The query and the fragment are not part of the path, whatever they hold.
     ("/x/~raw?a=/x/7?b", 200, J, b'"text"', []),
     ("/x/~raw#top?a=1#b", 200, J, b'"text"', []),
+    ("/x/~raw#a#b", 200, J, b'"text"', []),
     ("/x/7?q#f", 200, J, b"7", []),
     ("?q=1", 200, J, b"true", []),  # an empty path is "/"
     # A status matches its own key, then its class (2XX), then default.
