@@ -175,10 +175,9 @@ def _needs_key(check: Check) -> None:
         pytest.skip(f"no {check.server.key_flag} given: the token checks need the server's key")
 
 
-def _same(check: Check, what: str, reference: Decision | Mapping[str, Any], other: Mapping[str, Any],
+def _same(check: Check, what: str, reference: Decision, other: Mapping[str, Any],
           tolerance: float, *, same_decision: bool) -> None:
-    answers = reference.answers if isinstance(reference, Decision) else reference
-    for qid, answer in answers.items():
+    for qid, answer in reference.answers.items():
         change = probability_change(answer, other[qid])
         if change > tolerance or (same_decision and decided(answer) != decided(other[qid])):
             check.fail(f"{what}: question {qid!r} was answered {describe(answer)}, then {describe(other[qid])} "

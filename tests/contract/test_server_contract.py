@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
@@ -28,8 +29,15 @@ from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare, describe
-from pytest_laya.suites.server_under_test import DOCUMENTED_LIMITS, _general_pointer, parse_limit_options, resolve_limits
+from pytest_laya.suites.server_under_test import (
+    DOCUMENTED_LIMITS,
+    ServerUnderTest,
+    _general_pointer,
+    parse_limit_options,
+    resolve_limits,
+)
 from pytest_laya.wire.decision import Choice, Noul, Score
+from pytest_laya.wire.exchange import Exchange
 from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
 KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
@@ -286,6 +294,23 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
     ])
 
 
+def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
+    # A target server in every way but one: it answers with its own request id, not the caller's.
+    fake = FakeLayaServer()
+
+    def own_request_id(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        headers = {k: v for k, v in (response.headers or {}).items() if k.lower() != "x-request-id"}
+        return Respond(response.status, _answer_body(response), headers={**headers, "X-Request-Id": "server-chosen-1"})
+
+    with ScriptedServer(default=own_request_id) as server:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
+                     "-k", "request_id_is_echoed")
+    assert failed_checks(result) == ["test_the_request_id_is_echoed"]
+    result.stdout.fnmatch_lines(["*sent X-Request-Id 'pytest-laya-contract-*', got X-Request-Id 'server-chosen-1' back; "
+                                 "the target echoes the caller's request id*"])
+
+
 # -- limits and usage errors ---------------------------------------------------------------
 
 def test_a_limit_given_as_an_option_is_the_one_checked(pytester):
@@ -356,6 +381,25 @@ def test_answers_are_described_by_their_decision_and_probabilities():
     assert describe(Score(level=2, expected=1.5, probabilities={1: 0.5, 2: 0.5}, legend={}, confidence=0.0)) == \
         "level 2 (1 0.5, 2 0.5)"
     assert describe(Noul(p=0.25, confidence=0.5)) == "p 0.25"
+
+
+def test_a_response_is_described_by_its_status_media_type_and_the_start_of_its_body():
+    # The words every failed check ends with: "expected HTTP 400 ..., got <this>".
+    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="target", api_key="sk-described-31f0")
+    server.keep_secret("sk-described-31f0")
+
+    def answered(headers, body):
+        return server.describe(Exchange(method="POST", url="http://127.0.0.1:9/v1/systemone", path="/v1/systemone",
+                                        status=404, headers=headers, body=body, request_body=None, elapsed_s=0.0))
+
+    try:
+        assert answered({}, b"caf\xe9") == "HTTP 404 no Content-Type: caf\ufffd"
+        assert answered({"content-type": "text/plain"}, b"x" * 300) == "HTTP 404 text/plain: " + "x" * 300
+        assert answered({"content-type": "text/plain"}, b"x" * 301) == "HTTP 404 text/plain: " + "x" * 300 + "..."
+        assert answered({}, b"") == "HTTP 404 no Content-Type: "
+        assert answered({}, b'{"detail": "Bearer sk-described-31f0"}') == 'HTTP 404 no Content-Type: {"detail": "Bearer ***"}'
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("where, general", [
@@ -435,7 +479,7 @@ def test_check_speaks_its_own_words_in_process(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.OK
     header = result.stdout.str().split("test session starts")[1].split("collected")[0]
     assert f"python -m pytest_laya check {fake.url}: the HTTP contract of a served Laya (pytest_laya.suites.server); " \
-           f"pytest-laya " in header
+           f"pytest-laya {version('pytest-laya')}, " in header
     assert f"pytest {pytest.__version__}, Python " in header and "rootdir:" not in header
     assert "suites/server.py" not in result.stdout.str().split("server contract:")[0]
     assert without_key.ret == pytest.ExitCode.USAGE_ERROR
