@@ -155,11 +155,20 @@ def _health_status_degraded(fakes: Fakes, request: ReceivedRequest) -> Respond:
 
 
 def _health_not_ready(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Not ready, though it names its models: either half alone must fail the check.
     response = _normal(fakes, request)
     body = _body(response)
     if request.path != "/health" or "ready" not in body:
         return response
-    return _with_body(response, {**body, "ready": False, "models": {}})
+    return _with_body(response, {**body, "ready": False})
+
+
+def _health_names_no_model(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    body = _body(response)
+    if request.path != "/health" or "models" not in body:
+        return response
+    return _with_body(response, {**body, "models": {}})
 
 
 def _health_shows_everything_without_a_token(fakes: Fakes, request: ReceivedRequest) -> Respond:
@@ -327,7 +336,11 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     ),
     "test_health_names_the_models_and_the_limits": (
         BrokenServer("health-not-ready", _health_not_ready,
-                     "a serving server's /health must say ready: true and name at least one model, got ready False"),
+                     "a serving server's /health must say ready: true and name at least one model, got ready False, "
+                     "models ['fake-laya']"),
+        BrokenServer("health-names-no-model", _health_names_no_model,
+                     "a serving server's /health must say ready: true and name at least one model, got ready True, "
+                     "models []"),
     ),
     "test_health_without_a_token_shows_liveness_only": (
         BrokenServer("health-shows-all-without-a-token", _health_shows_everything_without_a_token,

@@ -28,7 +28,7 @@ from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
-from pytest_laya.suites.measures import compare, describe
+from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (
     DOCUMENTED_LIMITS,
     ServerUnderTest,
@@ -311,6 +311,23 @@ def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
                                  "the target echoes the caller's request id*"])
 
 
+def test_without_a_key_the_token_checks_skip_and_say_which_flag_gives_it(pytester):
+    with FakeLayaServer() as fake:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={fake.url}", "-rs", "-k", "token")
+    result.assert_outcomes(skipped=TOKEN_CHECKS, deselected=CHECKS - TOKEN_CHECKS)
+    result.stdout.fnmatch_lines([f"SKIPPED [[]{TOKEN_CHECKS}[]] *: no --laya-api-key given: the token checks need the server's key"])
+
+
+def test_a_health_document_without_the_targets_members_is_a_target_gap_named_in_words(pytester):
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as jev:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-k", "health_names")
+    result.assert_outcomes(xfailed=1, deselected=CHECKS - 1)
+    result.stdout.fnmatch_lines(["target gaps: *",
+                                 "  test_health_names_the_models_and_the_limits: /health has no ready, models, limits; "
+                                 "the target's health document says whether the server is ready, which weights serve "
+                                 "each model, and the request limits"])
+
+
 # -- limits and usage errors ---------------------------------------------------------------
 
 def test_a_limit_given_as_an_option_is_the_one_checked(pytester):
@@ -372,6 +389,23 @@ def test_compare_counts_changed_decisions_and_the_largest_move():
     result = compare([(a, b), (n1, n2), (s, s)])
     assert (result.pairs, result.changed, result.max_change) == (3, 1, 0.15)
     assert compare([]).rate == 0.0
+
+
+def test_what_an_answer_decides_and_how_far_two_answers_moved():
+    yes, no = Noul(p=0.5, confidence=0.0), Noul(p=0.4999, confidence=0.0)
+    assert (decided(yes), decided(no)) == (True, False)  # an even noul decides yes
+    with pytest.raises(TypeError, match="not an answer: 'billing'"):
+        decided("billing")
+    a = Choice(key="x", probabilities={"x": 0.6, "y": 0.4}, confidence=0.2)
+    with pytest.raises(ValueError, match=r"the answers cover different options: \['x', 'y'\] vs \['x', 'z'\]"):
+        probability_change(a, Choice(key="x", probabilities={"x": 0.6, "z": 0.4}, confidence=0.2))
+    with pytest.raises(TypeError, match="answers of different types: Choice.* vs Noul"):
+        probability_change(a, yes)
+    with pytest.raises(TypeError, match="answers of different types: Noul.* vs Choice"):
+        probability_change(yes, a)
+    # The largest move is kept to six places: a move of 1e-7 is no move.
+    assert compare([(yes, Noul(p=0.5000001, confidence=0.0))]).max_change == 0.0
+    assert compare([(yes, Noul(p=0.500001, confidence=0.0))]).max_change == 1e-6
 
 
 def test_answers_are_described_by_their_decision_and_probabilities():
