@@ -212,6 +212,25 @@ def _noul_jitter(fakes: Fakes, request: ReceivedRequest) -> Respond:
     return _answers_rewritten(jitter)(fakes, request)
 
 
+def _tie_broken_by_turns(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Every choice is a tie of its first two options, broken one way, then the other: twice the
+    # same request moves no probability, yet decides differently.
+    if not request.path.startswith(DECIDE):
+        return _normal(fakes, request)
+    turn = next(fakes.counter) % 2
+
+    def tie(answer: dict[str, Any]) -> None:
+        if answer["type"] == "choice":
+            keys = list(answer["probabilities"])
+            rest = round(0.2 / (len(keys) - 2), 4) if len(keys) > 2 else 0.0
+            answer["probabilities"] = {k: 0.4 if i < 2 else rest for i, k in enumerate(keys)} if len(keys) > 2 \
+                else {k: 0.5 for k in keys}
+            answer["choice"] = keys[turn]
+            answer["confidence"] = 0.0
+
+    return _answers_rewritten(tie)(fakes, request)
+
+
 def _request_id_not_echoed(fakes: Fakes, request: ReceivedRequest) -> Respond:
     response = _normal(fakes, request)
     return Respond(response.status, response.payload, headers={**(response.headers or {}), REQUEST_ID_HEADER: new_request_id()})
@@ -358,6 +377,9 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     ),
     "test_the_same_request_twice_gets_the_same_answer": (
         BrokenServer("noul-jitter", _noul_jitter, "the same request twice: question 'refund' was answered"),
+        BrokenServer("tie-broken-by-turns", _tie_broken_by_turns,
+                     "the same request twice: question 'department' was answered 'billing' (billing 0.4, technical 0.4, "
+                     "sales 0.2), then 'technical' (billing 0.4, technical 0.4, sales 0.2) (a probability moved 0.0000"),
     ),
     "test_the_request_id_is_echoed": (
         BrokenServer("request-id-not-echoed", _request_id_not_echoed, "back; the target echoes the caller's request id"),
