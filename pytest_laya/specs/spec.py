@@ -514,7 +514,7 @@ class Spec:
         media_pointer = f"{pointer}/{json_pointer.escape(chosen)}"
         definition = content[chosen]
         if empty:
-            return [Violation(where, f"a {chosen} body", "an empty body", rule="#" + media_pointer)]
+            return [Violation(where, f"a body of media type {chosen}", "an empty body", rule="#" + media_pointer)]
         instance: Any = body
         # A range (application/*, */*) documents a JSON body too when the body says it is JSON.
         json_media = _JSON_MEDIA.match(chosen) is not None or _JSON_MEDIA.match(media) is not None

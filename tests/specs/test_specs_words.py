@@ -105,7 +105,7 @@ JSON_200 = f"{RESPONSES}/200/content/application~1json"
                             f"{RESPONSES}/200/content")]),
     (200, {"content-type": "image/png"}, b"x", [("/headers/content-type", "one of ['application/json', 'text/plain']",
                                                  '"image/png"', f"{RESPONSES}/200/content")]),
-    (200, J, b"", [("/body", "a application/json body", "an empty body", JSON_200)]),
+    (200, J, b"", [("/body", "a body of media type application/json", "an empty body", JSON_200)]),
     (200, J, b"\xff", [("/body", "UTF-8 text", "undecodable bytes (invalid start byte at 0)", JSON_200)]),
     (200, J, b"{", [("/body", "a valid JSON application/json body",
                      "invalid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))", JSON_200)]),
@@ -139,7 +139,7 @@ def test_parsed_json_without_headers_is_held_to_the_first_media_type_when_none_i
 @pytest.mark.parametrize("headers, body, found", [
     (None, b'{"b":1}', [("/body/a", "a required property", "absent", "#/paths/~1x/post/requestBody/content/application~1json/schema")]),
     (None, {"a": 1}, []),
-    (None, b"", [("/body", "a application/json body", "an empty body", "#/paths/~1x/post/requestBody/content/application~1json")]),
+    (None, b"", [("/body", "a body of media type application/json", "an empty body", "#/paths/~1x/post/requestBody/content/application~1json")]),
     ({"content-type": "text/plain"}, b'{"a":1}',
      [("/headers/content-type", "one of ['application/json']", '"text/plain"', "#/paths/~1x/post/requestBody/content")]),
 ])
