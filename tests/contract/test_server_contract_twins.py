@@ -42,9 +42,13 @@ def test_every_check_of_the_server_contract_has_a_broken_twin_or_only_measures()
 def test_the_suite_fails_each_broken_server_on_exactly_the_check_for_its_defect(pytester, check: str, twin: BrokenServer):
     with ScriptedServer(default=answering(twin)) as broken:
         result = run_suite(pytester, broken.url, twin.spec)
-    failures = {report.nodeid.split("::")[-1]: str(report.longrepr)
-                for report in result.reprec.getreports("pytest_runtest_logreport") if report.failed}
+    reports = {report.nodeid.split("::")[-1]: report.longrepr
+               for report in result.reprec.getreports("pytest_runtest_logreport") if report.failed}
+    failures = {name: str(longrepr) for name, longrepr in reports.items()}
     assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
+    # The check's own failure (pytest.fail without a traceback), not a crash inside the check,
+    # whose traceback would show the check's source, words included.
+    assert reports[check].reprcrash.message.startswith("Failed: "), failures[check]
     assert twin.words in failures[check], failures[check]
     assert KEY not in result.stdout.str()
 
