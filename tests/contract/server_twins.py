@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import ReceivedRequest, Respond
-from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
+from pytest_laya.wire.headers import REQUEST_ID_HEADER
 
 __all__ = ["KEY", "MEASUREMENT_ONLY", "SERVER_TWINS", "BrokenServer", "Measured", "answering"]
 
@@ -154,21 +154,15 @@ def _health_status_degraded(fakes: Fakes, request: ReceivedRequest) -> Respond:
     return _with_body(response, {**_body(response), "status": "degraded"})
 
 
-def _health_not_ready(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    # Not ready, though it names its models: either half alone must fail the check.
-    response = _normal(fakes, request)
-    body = _body(response)
-    if request.path != "/health" or "ready" not in body:
-        return response
-    return _with_body(response, {**body, "ready": False})
-
-
-def _health_names_no_model(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    response = _normal(fakes, request)
-    body = _body(response)
-    if request.path != "/health" or "models" not in body:
-        return response
-    return _with_body(response, {**body, "models": {}})
+def _health_saying(**members: Any) -> Fault:
+    """A fault giving the full /health document (not liveness only) these `members`."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = _normal(fakes, request)
+        body = _body(response)
+        if request.path != "/health" or not members.keys() <= body.keys():
+            return response
+        return _with_body(response, {**body, **members})
+    return fault
 
 
 def _health_shows_everything_without_a_token(fakes: Fakes, request: ReceivedRequest) -> Respond:
@@ -220,20 +214,27 @@ def _tie_broken_by_turns(fakes: Fakes, request: ReceivedRequest) -> Respond:
     turn = next(fakes.counter) % 2
 
     def tie(answer: dict[str, Any]) -> None:
-        if answer["type"] == "choice":
-            keys = list(answer["probabilities"])
-            rest = round(0.2 / (len(keys) - 2), 4) if len(keys) > 2 else 0.0
-            answer["probabilities"] = {k: 0.4 if i < 2 else rest for i, k in enumerate(keys)} if len(keys) > 2 \
-                else {k: 0.5 for k in keys}
-            answer["choice"] = keys[turn]
-            answer["confidence"] = 0.0
+        if answer["type"] != "choice":
+            return
+        keys = list(answer["probabilities"])
+        if len(keys) == 2:
+            answer["probabilities"] = {k: 0.5 for k in keys}
+        else:
+            rest = round(0.2 / (len(keys) - 2), 4)
+            answer["probabilities"] = {k: 0.4 if i < 2 else rest for i, k in enumerate(keys)}
+        answer["choice"] = keys[turn]
+        answer["confidence"] = 0.0
 
     return _answers_rewritten(tie)(fakes, request)
 
 
+#: The request id the `request-id-not-echoed` twin answers with, whatever the caller sent.
+SERVER_CHOSEN_ID = "server-chosen-1"
+
+
 def _request_id_not_echoed(fakes: Fakes, request: ReceivedRequest) -> Respond:
     response = _normal(fakes, request)
-    return Respond(response.status, response.payload, headers={**(response.headers or {}), REQUEST_ID_HEADER: new_request_id()})
+    return Respond(response.status, response.payload, headers={**(response.headers or {}), REQUEST_ID_HEADER: SERVER_CHOSEN_ID})
 
 
 def _malformed_json_answered(fakes: Fakes, request: ReceivedRequest) -> Respond:
@@ -354,10 +355,11 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      'GET /health must be a JSON object with "status": "ok"', spec="current", flavor="laya-serve-0.4.15"),
     ),
     "test_health_names_the_models_and_the_limits": (
-        BrokenServer("health-not-ready", _health_not_ready,
+        # Either half of "ready and named" alone must fail the check.
+        BrokenServer("health-not-ready", _health_saying(ready=False),
                      "a serving server's /health must say ready: true and name at least one model, got ready False, "
                      "models ['fake-laya']"),
-        BrokenServer("health-names-no-model", _health_names_no_model,
+        BrokenServer("health-names-no-model", _health_saying(models={}),
                      "a serving server's /health must say ready: true and name at least one model, got ready True, "
                      "models []"),
     ),
@@ -382,7 +384,8 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "sales 0.2), then 'technical' (billing 0.4, technical 0.4, sales 0.2) (a probability moved 0.0000"),
     ),
     "test_the_request_id_is_echoed": (
-        BrokenServer("request-id-not-echoed", _request_id_not_echoed, "back; the target echoes the caller's request id"),
+        BrokenServer("request-id-not-echoed", _request_id_not_echoed,
+                     f"', got X-Request-Id '{SERVER_CHOSEN_ID}' back; the target echoes the caller's request id"),
     ),
     "test_malformed_json_is_a_400": (
         BrokenServer("malformed-json-answered", _malformed_json_answered,

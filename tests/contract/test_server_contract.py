@@ -38,6 +38,8 @@ from pytest_laya.suites.server_under_test import (
 )
 from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.wire.exchange import Exchange
+from tests.contract.server_twins import KEY as TWIN_KEY
+from tests.contract.server_twins import SERVER_CHOSEN_ID, SERVER_TWINS, answering
 from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
 KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
@@ -296,18 +298,12 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
 
 def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
     # A target server in every way but one: it answers with its own request id, not the caller's.
-    fake = FakeLayaServer()
-
-    def own_request_id(request: ReceivedRequest) -> Respond:
-        response = fake.normal_response(request)
-        headers = {k: v for k, v in (response.headers or {}).items() if k.lower() != "x-request-id"}
-        return Respond(response.status, _answer_body(response), headers={**headers, "X-Request-Id": "server-chosen-1"})
-
-    with ScriptedServer(default=own_request_id) as server:
+    [twin] = SERVER_TWINS["test_the_request_id_is_echoed"]
+    with ScriptedServer(default=answering(twin)) as server:
         result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
-                     "-k", "request_id_is_echoed")
+                     f"--laya-api-key={TWIN_KEY}", "-k", "request_id_is_echoed")
     assert failed_checks(result) == ["test_the_request_id_is_echoed"]
-    result.stdout.fnmatch_lines(["*sent X-Request-Id 'pytest-laya-contract-*', got X-Request-Id 'server-chosen-1' back; "
+    result.stdout.fnmatch_lines([f"*sent X-Request-Id 'pytest-laya-contract-*', got X-Request-Id '{SERVER_CHOSEN_ID}' back; "
                                  "the target echoes the caller's request id*"])
 
 
