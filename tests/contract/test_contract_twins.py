@@ -30,7 +30,8 @@ class {cls}(DecisionModelContract):
     def scripted_decision_model(self):
         return twin_named({defect!r}).scripted
 '''
-#: class name -> check -> failure message, of the one inner run (made by the first test that needs it).
+#: class name -> check -> the failure's crash message (the exception's own text, not its traceback),
+#: of the one inner run (made by the first test that needs it).
 _FAILURES: dict[str, dict[str, str]] = {}
 
 
@@ -53,7 +54,7 @@ def failures_by_twin(pytester) -> dict[str, dict[str, str]]:
         for report in reports:
             if report.failed:
                 _, cls, check = report.nodeid.split("::")
-                _FAILURES[cls][check] = str(report.longrepr)
+                _FAILURES[cls][check] = report.longrepr.reprcrash.message
     return _FAILURES
 
 
@@ -77,4 +78,7 @@ def test_the_contract_fails_each_broken_model_on_exactly_the_check_for_its_defec
                                                                                    twin: BrokenModel):
     failures = failures_by_twin[class_name(twin)]
     assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
+    # The check's own failure (its assert or pytest.fail), saying the words: a crash inside the check
+    # would show the check's source, words included, in its traceback but not in its message.
+    assert failures[check].startswith(("AssertionError", "Failed: ")), failures[check]
     assert twin.words in failures[check], failures[check]
