@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = SCRATCH / name
         if args.report:
             if (workdir / "mutants").is_dir():
-                report(name, workdir, 0.0)
+                report(name, prepare(name, TARGETS[name], keep=True), 0.0)
             else:
                 print(f"{name}: not run")
             continue
@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.survivors:
             if not (workdir / "mutants").is_dir():
                 parser.error(f"--survivors: {name} has no previous run in {workdir.relative_to(ROOT)}")
+            # mutmut reads the results beside the sources: a scratch copy made before the links
+            # to the repository existed lists none of them until they are back.
+            workdir = prepare(name, TARGETS[name], keep=True)
             found = results(workdir)
             modules = sorted({module_of(m) for m in found})
             if args.only and args.only not in modules:
