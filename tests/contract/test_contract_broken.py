@@ -27,6 +27,7 @@ from pytest_laya.contract import (
     scripted_laya_model,
     scripted_served_model,
 )
+from pytest_laya.wire.decision import SUM_TOLERANCE
 
 CONTRACT_TESTS = sorted(name for name in dir(DecisionModelContract) if name.startswith("test_"))
 
@@ -178,6 +179,47 @@ def test_a_score_answer_without_a_level_or_expected_value_is_reported_twice():
     answer = score_decision(probabilities={0: 0.2, 1: 0.5, 2: 0.3})
     assert decision_problems(URGENCY, answer) == ["answer 'urgency': level None is not one of the levels [0, 1, 2]",
                                                   "answer 'urgency': expected level must be a number, got None"]
+
+
+# How far the expected level may stray from the probabilities' mean: SUM_TOLERANCE per step
+# between the lowest and highest level, and 0.001 for the 4-decimal rounding of each.
+THREE_LEVELS_BOUND = SUM_TOLERANCE * 2 + 1e-3
+CERTAINLY_LOW = {0: 1.0, 1: 0.0, 2: 0.0}
+CERTAINLY_HIGH = {0: 0.0, 1: 0.0, 2: 1.0}
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    # Inside the tolerance, to its edge: kept.
+    ({"probabilities": {0: 0.2, 1: 0.5, 2: 0.3}, "level": 1, "expected": 1.14}, None),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": THREE_LEVELS_BOUND}, None),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": 0}, None),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": -1e-9}, None),
+    ({"probabilities": CERTAINLY_HIGH, "level": 2, "expected": 2}, None),
+    ({"probabilities": CERTAINLY_HIGH, "level": 2, "expected": 2 + 1e-9}, None),
+    # A level within 1e-9 of the most probable is the most probable (a tie, rounded).
+    ({"probabilities": {0: 0.5 - 1e-9, 1: 0.5, 2: 0.0}, "level": 0, "expected": 0.5}, None),
+    # Past it, or outside the levels however close to the mean: reported.
+    ({"probabilities": {0: 0.2, 1: 0.5, 2: 0.3}, "level": 1, "expected": 1.142},
+     "expected level 1.142 disagrees with its probabilities (their mean is 1.1000)"),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": -0.03},
+     "expected level -0.03 disagrees with its probabilities (their mean is 0.0000)"),
+    ({"probabilities": CERTAINLY_HIGH, "level": 2, "expected": 2.03},
+     "expected level 2.03 disagrees with its probabilities (their mean is 2.0000)"),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": "low"}, "expected level must be a number, got 'low'"),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": True}, "expected level must be a number, got True"),
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": 0, "legend": {0: "low", 2: "high", 3: "urgent"}},
+     "legend names levels [3] the question does not have"),
+])
+def test_the_expected_level_and_legend_are_held_to_the_probabilities_and_the_levels(answer, problem):
+    assert decision_problems(URGENCY, score_decision(**answer)) == ([f"answer 'urgency': {problem}"] if problem else [])
+
+
+def test_with_two_levels_the_expected_level_may_stray_one_step_of_tolerance():
+    yes_no = {"ok": {"type": "score", "instructions": "OK?", "criteria": ["no", "yes"]}}
+    answer = SimpleNamespace(type="score", confidence=0.5, probabilities={0: 0.0, 1: 1.0}, level=1)
+    assert decision_problems(yes_no, SimpleNamespace(answers={"ok": SimpleNamespace(**vars(answer), expected=0.98)})) == []
+    assert decision_problems(yes_no, SimpleNamespace(answers={"ok": SimpleNamespace(**vars(answer), expected=0.97)})) == [
+        "answer 'ok': expected level 0.97 disagrees with its probabilities (their mean is 1.0000)"]
 
 
 @pytest.mark.parametrize(("make", "name"), [
