@@ -191,6 +191,14 @@ class AnswersTypesItDoesNotDeclare(FakeLayaModel):
         pass
 
 
+class AnswersUnknownTypesAsNoul(FakeLayaModel):
+    """Answers a question of a type it has never heard of as a yes/no question."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        known = {qid: q if q.get("type") in self.question_types else {**q, "type": "noul"} for qid, q in questions.items()}
+        return super().decide(state, known)
+
+
 class DropsOptionsNeverOffered(FakeLayaModel):
     """'Repairs' raw answers: drops probabilities of options never offered, picks the top one."""
 
@@ -351,6 +359,8 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     "test_unsupported_question_types_are_a_config_error": (
         BrokenModel("answers-types-it-does-not-declare", AnswersTypesItDoesNotDeclare,
                     "a score question (not in question_types) was answered instead of raising LayaConfigError"),
+        BrokenModel("answers-unknown-types-as-noul", AnswersUnknownTypesAsNoul,
+                    "an unknown type was answered instead of raising LayaConfigError"),
     ),
     "test_an_answer_with_an_option_never_offered_is_a_call_error": (
         _repairing(DropsOptionsNeverOffered, "drops-options-never-offered", "'choice': 'sales'"),
