@@ -277,6 +277,28 @@ def _names_the_first_invalid_question_only(fakes: Fakes, request: ReceivedReques
     return response
 
 
+def _unknown_types_answered_as_noul(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # A question of a type the server has never heard of is answered as yes/no; every other
+    # malformation (a missing type, a choice without criteria) is still refused.
+    sent = _sent(request)
+    if not (request.path == DECIDE and isinstance(sent, dict) and isinstance(sent.get("questions"), dict)):
+        return _normal(fakes, request)
+    unknown = {qid: {**q, "type": "noul"} for qid, q in sent["questions"].items()
+               if isinstance(q, dict) and isinstance(q.get("type"), str) and q["type"] not in ("choice", "score", "noul")}
+    return _normal(fakes, _resent(request, {**sent, "questions": {**sent["questions"], **unknown}}) if unknown else request)
+
+
+def _invalid_questions_refused(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Fault:
+    """A fault applying `change` to the body of every 422 ``invalid_question`` refusal."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = _normal(fakes, request)
+        body = _body(response) if response.status == 422 else None
+        if body and body.get("code") == "invalid_question":
+            return _with_body(response, change(body))
+        return response
+    return fault
+
+
 def _questions_at_the_limit_refused(fakes: Fakes, request: ReceivedRequest) -> Respond:
     sent = _sent(request)
     if request.path == DECIDE and isinstance(sent, dict) and len(sent.get("questions") or {}) >= 8:
@@ -402,6 +424,19 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     "test_an_unknown_question_type_is_a_422_naming_it": (
         BrokenServer("only-invalid-questions-is-a-400", _all_invalid_is_a_400,
                      "a question of unknown type 'ranking': expected HTTP 422 invalid_question, got HTTP 400"),
+        BrokenServer("unknown-types-answered-as-noul", _unknown_types_answered_as_noul,
+                     "a question of unknown type 'ranking': expected HTTP 422 invalid_question, got HTTP 200",
+                     also_fails=("test_every_invalid_question_is_named",)),
+        BrokenServer("invalid-questions-another-code",
+                     _invalid_questions_refused(lambda body: {**body, "code": "invalid_request"}),
+                     "a question of unknown type 'ranking': expected problem code 'invalid_question', "
+                     "got 'invalid_request'", also_fails=("test_every_invalid_question_is_named",)),
+        # Each invalid question named by its path in the request, not by its id.
+        BrokenServer("invalid-questions-named-by-path",
+                     _invalid_questions_refused(lambda body: {**body, "errors": [
+                         {**e, "question": f"questions.{e['question']}"} for e in body["errors"]]}),
+                     "the 422 must name the invalid question 'mood' in errors[], got ['questions.mood']",
+                     also_fails=("test_every_invalid_question_is_named",)),
     ),
     "test_every_invalid_question_is_named": (
         BrokenServer("names-the-first-invalid-question-only", _names_the_first_invalid_question_only,
