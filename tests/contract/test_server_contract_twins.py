@@ -15,7 +15,8 @@ from __future__ import annotations
 import httpcore  # noqa: F401
 import pytest
 
-from pytest_laya.faults import ScriptedServer
+from pytest_laya.fake import FakeLayaServer
+from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.suites import server as server_suite
 from tests.contract.server_twins import KEY, MEASUREMENT_ONLY, SERVER_TWINS, BrokenServer, answering
 from tests.contract.twin_coverage import checks_of, coverage_problems
@@ -60,3 +61,28 @@ def test_a_measurement_never_fails_and_what_it_measured_is_in_the_summary(pytest
         result = run_suite(pytester, server.url, "target")
     result.assert_outcomes(passed=len(CHECKS))
     result.stdout.fnmatch_lines(["measured (reported, never failed on):", measured.summary])
+
+
+@pytest.mark.parametrize(("detail", "gap"), [
+    ("question 'mood': unknown type 'ranking'; question 'team': a choice needs criteria", False),
+    ('invalid questions: "mood" (unknown type), "team" (no criteria)', False),
+    # laya-serve names the first invalid question only.
+    ("question 'mood': unknown type 'ranking'", True),
+])
+def test_under_the_current_spec_naming_only_some_invalid_questions_is_a_target_gap(pytester, detail: str, gap: bool):
+    # A current-spec 422 is free text: each invalid question must appear in it, in either quote.
+    fake = FakeLayaServer(flavor="laya-serve-0.4.15")
+
+    def respond(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if response.status == 422 and b"'mood'" in response.payload and b'"team"' in request.body:
+            return Respond(422, {"detail": detail})
+        return response
+
+    with ScriptedServer(default=respond) as server:
+        result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "--pyargs", "pytest_laya.suites.server",
+                                    "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=current", "-rx",
+                                    "-k", "test_every_invalid_question_is_named")
+    result.assert_outcomes(xfailed=1) if gap else result.assert_outcomes(passed=1)
+    if gap:
+        result.stdout.fnmatch_lines(["*target gap: the 422 names only some of the invalid questions (HTTP 422*"])
