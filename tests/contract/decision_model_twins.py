@@ -192,11 +192,13 @@ class AnswersTypesItDoesNotDeclare(FakeLayaModel):
 
 
 class AnswersUnknownTypesAsNoul(FakeLayaModel):
-    """Answers a question of a type it has never heard of as a yes/no question."""
+    """Answers a question of a type it has never heard of as a yes/no question (one without a
+    type is still refused)."""
 
     def decide(self, state: Any, questions: Any) -> Decision:
-        known = {qid: q if q.get("type") in self.question_types else {**q, "type": "noul"} for qid, q in questions.items()}
-        return super().decide(state, known)
+        unknown = {qid: {**q, "type": "noul"} for qid, q in questions.items()
+                   if isinstance(q.get("type"), str) and q["type"] not in ("choice", "score", "noul")}
+        return super().decide(state, {**questions, **unknown})
 
 
 class DropsOptionsNeverOffered(FakeLayaModel):
