@@ -346,6 +346,17 @@ def _batch_results_reversed(fakes: Fakes, request: ReceivedRequest) -> Respond:
     return _with_body(response, body)
 
 
+def _batch_results_missing_an_answer(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Each batch result leaves its last question unanswered; single decisions are whole.
+    response = _normal(fakes, request)
+    if response.status != 200 or request.path != BATCH:
+        return response
+    body = _body(response)
+    for result in body["results"]:
+        result["answers"].pop(list(result["answers"])[-1])
+    return _with_body(response, body)
+
+
 def _first_option_wins(answer: dict[str, Any]) -> None:
     if answer["type"] == "choice" and len(answer["probabilities"]) > 1:
         keys = list(answer["probabilities"])
@@ -478,6 +489,7 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     ),
     "test_batch_answers_each_state_as_alone": (
         BrokenServer("batch-results-reversed", _batch_results_reversed, "state 0 alone and in the batch: question"),
+        BrokenServer("batch-results-missing-an-answer", _batch_results_missing_an_answer, "batch result 0: no answer for question(s) ['refund'] [bad_answer]"),
     ),
 }
 
