@@ -239,3 +239,58 @@ def test_a_scripted_model_answers_exactly_what_it_was_given(make, name):
         assert decision.model == model.model == "scripted@scripted"
     finally:
         model.close()
+
+
+# A decision that breaks every check once: each check alone reports exactly its own problem.
+EVERY_TYPE = {
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "technical", "sales"]},
+    "urgency": URGENCY["urgency"],
+    "refund": {"type": "noul", "instructions": "Refund?"},
+}
+BROKEN_EVERYWHERE = SimpleNamespace(answers={
+    "refund": SimpleNamespace(type="noul", p=1.5, confidence=None),
+    "team": SimpleNamespace(type="choice", key="technical", confidence=1.2,
+                            probabilities={"billing": 0.5, "technical": 0.2, "other": 0.1}),
+    "urgency": SimpleNamespace(type="score", confidence=0.5, probabilities={0: 0.2, 1: 0.5, 2: 0.3}, level=0,
+                               expected=1.1),
+})
+EACH_CHECK_ALONE = {
+    "answers": ["answers ['refund', 'team', 'urgency'] are not one per question in the order asked "
+                "['team', 'urgency', 'refund']"],
+    "choice_coverage": ["answer 'team': probabilities must cover exactly the offered options "
+                        "['billing', 'technical', 'sales'] (missing ['sales'], not offered ['other'])"],
+    "choice_distribution": ["answer 'team': probabilities sum to 0.8000, not 1 within 0.02"],
+    "chosen": ["answer 'team': chose 'technical' (p=0.2) but 'billing' is more probable (p=0.5)"],
+    "score": ["answer 'urgency': level 0 (p=0.2) is not the most probable; level 1 is (p=0.5)"],
+    "noul": ["answer 'refund': P(true) 1.5 is outside [0, 1]"],
+    "confidence": ["answer 'team': confidence 1.2 is outside [0, 1]"],
+}
+
+
+@pytest.mark.parametrize("check", sorted(EACH_CHECK_ALONE))
+def test_decision_problems_reports_only_the_checks_asked_for(check):
+    assert decision_problems(EVERY_TYPE, BROKEN_EVERYWHERE, checks=(check,)) == EACH_CHECK_ALONE[check]
+    assert decision_problems(EVERY_TYPE, BROKEN_EVERYWHERE, checks=()) == []
+
+
+def test_decision_problems_reports_every_check_by_default_in_the_order_asked():
+    problems = decision_problems(EVERY_TYPE, BROKEN_EVERYWHERE)
+    assert problems == [*EACH_CHECK_ALONE["answers"], *EACH_CHECK_ALONE["confidence"], *EACH_CHECK_ALONE["choice_coverage"],
+                        *EACH_CHECK_ALONE["choice_distribution"], *EACH_CHECK_ALONE["chosen"], *EACH_CHECK_ALONE["score"],
+                        *EACH_CHECK_ALONE["noul"]]
+
+
+def test_decision_problems_names_an_unknown_check_an_answer_of_another_type_and_a_decision_without_answers():
+    with pytest.raises(ValueError, match=r"unknown checks \['order'\]; use some of \['answers', 'choice_coverage'"):
+        decision_problems(EVERY_TYPE, BROKEN_EVERYWHERE, checks=("answers", "order"))
+    swapped = SimpleNamespace(answers={"team": SimpleNamespace(type="noul", p=0.5, confidence=0.5)})
+    assert decision_problems({"team": EVERY_TYPE["team"]}, swapped) == [
+        "answer 'team' is a noul, but a choice question was asked"]
+    assert decision_problems({"team": EVERY_TYPE["team"]}, swapped, checks=("noul", "confidence")) == []
+    assert decision_problems(EVERY_TYPE, {"team": None}) == ["the decision has no answers mapping (got dict)"]
+    # A choice answer with an offered key but no probability for it, or a non-number one.
+    for probabilities in ({"billing": 0.5, "sales": 0.5}, {"billing": 0.5, "technical": "0.3", "sales": 0.2}):
+        gap = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="technical", confidence=0.5,
+                                                               probabilities=probabilities)})
+        assert decision_problems({"team": EVERY_TYPE["team"]}, gap, checks=("chosen",)) == [
+            "answer 'team': chose 'technical' but gave it no probability"]
