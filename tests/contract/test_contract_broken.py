@@ -294,3 +294,96 @@ def test_decision_problems_names_an_unknown_check_an_answer_of_another_type_and_
                                                                probabilities=probabilities)})
         assert decision_problems({"team": EVERY_TYPE["team"]}, gap, checks=("chosen",)) == [
             "answer 'team': chose 'technical' but gave it no probability"]
+
+
+SCRIPTED_MISTAKES = '''
+import pytest
+
+from pytest_laya import DecisionModelContract
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError
+from tests.contract.decision_model_twins import ChoosesTheLeastProbable, FakeLayaModel
+
+
+class RefusesEverything(FakeLayaModel):
+    def decide(self, state, questions):
+        raise LayaCallError("the script is empty", code="bad_answer")
+
+
+def raising(error):
+    class Raising(FakeLayaModel):
+        def decide(self, state, questions):
+            try:
+                return super().decide(state, questions)
+            except LayaCallError as exc:
+                raise error(f"refused: {exc.code}") from None
+    return Raising
+
+
+class NoulOnly(FakeLayaModel):
+    question_types = ("noul",)
+
+
+class Base(DecisionModelContract):
+    @pytest.fixture
+    def decision_model(self):
+        return FakeLayaModel()
+
+
+class TestRefusesWellFormed(Base):
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return RefusesEverything
+
+
+class TestBreaksWellFormed(Base):
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return ChoosesTheLeastProbable
+
+
+class TestConfigErrorForMalformed(Base):
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return raising(lambda message: LayaConfigError(message, code="invalid_question"))
+
+
+class TestValueErrorForMalformed(Base):
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return raising(ValueError)
+
+
+class TestScriptsNoulOnly(Base):
+    @pytest.fixture
+    def scripted_decision_model(self):
+        return NoulOnly
+'''
+
+
+@pytest.mark.parametrize(("cls", "words"), [
+    ("TestRefusesWellFormed", "a well-formed scripted choice answer was refused (the script is empty [bad_answer]): "
+                              "the scripted model does not answer what it is given"),
+    ("TestBreaksWellFormed", "a well-formed scripted choice answer came back broken: [\"answer 'q': chose 'technical' "
+                             "(p=0.3) but 'billing' is more probable (p=0.7)\"]"),
+    ("TestConfigErrorForMalformed", "raised LayaConfigError (refused: bad_answer [invalid_question]), not LayaCallError: "
+                                    "a bad answer is the call failing, not the caller's setup"),
+    ("TestValueErrorForMalformed", "raised ValueError (refused: bad_answer), not LayaCallError"),
+])
+def test_a_scripted_model_that_misbehaves_fails_the_answer_checks_saying_how(pytester, cls, words):
+    pytester.makepyfile(test_scripted=SCRIPTED_MISTAKES)
+    pytester.syspathinsert()
+    reprec = pytester.inline_run("-p", "no:asyncio", "-p", "no:cacheprovider", "-k", f"{cls} and call_error")
+    failed = {r.nodeid.split("::")[-1]: r.longrepr.reprcrash.message
+              for r in reprec.getreports("pytest_runtest_logreport") if r.failed}
+    assert set(failed) == SCRIPTED, failed
+    assert all(message.startswith("Failed: malformed answers (") for message in failed.values()), failed
+    assert all(words in message for message in failed.values()), failed
+
+
+def test_answer_checks_skip_when_the_scripted_model_answers_none_of_their_types(pytester):
+    pytester.makepyfile(test_scripted=SCRIPTED_MISTAKES)
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rs", "-k", "TestScriptsNoulOnly and call_error")
+    result.assert_outcomes(skipped=3, passed=1)  # the out-of-range check scripts yes/no answers too
+    result.stdout.fnmatch_lines(["*the scripted model answers none of the question types this check scripts (foreign_key)*",
+                                 "*(short_distribution)*", "*(not_summing_to_one)*"])
