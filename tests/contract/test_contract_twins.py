@@ -1,9 +1,9 @@
 """Every check of DecisionModelContract fails its broken twin, with a message naming the defect.
 
 The table is `DECISION_MODEL_TWINS` (tests/contract/decision_model_twins.py). A downstream-style
-suite (pytester) runs the whole contract on every twin, one class each: on each twin exactly the
-checks the table names fail, and the check's failure message says the table's words. The meta-test compares the
-table with the contract's own checks, so a check added without a twin fails here by name.
+suite (pytester) runs the whole contract on each twin: exactly the checks the table names fail,
+each by its own assert or pytest.fail, saying the table's words. The meta-test compares the table
+with the contract's own checks, so a check added without a twin fails here by name.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.contract.twin_coverage import checks_of, coverage_problems
 TABLE = "DECISION_MODEL_TWINS in tests/contract/decision_model_twins.py"
 CASES = [pytest.param(check, twin, id=twin.defect) for check, twins in DECISION_MODEL_TWINS.items() for twin in twins]
 
-#: One downstream-style class per twin, named for its defect; one inner run checks them all.
+#: The downstream-style suite: one class, named for the twin's defect.
 SUITE = "import pytest\n\nfrom pytest_laya import DecisionModelContract\nfrom tests.contract.decision_model_twins import twin_named\n"
 CLASS = '''
 
@@ -30,32 +30,23 @@ class {cls}(DecisionModelContract):
     def scripted_decision_model(self):
         return twin_named({defect!r}).scripted
 '''
-#: class name -> check -> the failure's crash message (the exception's own text, not its traceback),
-#: of the one inner run (made by the first test that needs it).
-_FAILURES: dict[str, dict[str, str]] = {}
 
 
 def class_name(twin: BrokenModel) -> str:
     return "Test_" + twin.defect.replace("-", "_")
 
 
-@pytest.fixture
-def failures_by_twin(pytester) -> dict[str, dict[str, str]]:
-    """What the contract failed each twin on: one pytester run over every twin, once per process
-    (each run costs about half a second of pytest start-up; the checks themselves, little)."""
-    if not _FAILURES:
-        twins = [twin for twin_list in DECISION_MODEL_TWINS.values() for twin in twin_list]
-        pytester.makepyfile(test_twins=SUITE + "".join(CLASS.format(cls=class_name(t), defect=t.defect) for t in twins))
-        reprec = pytester.inline_run("-p", "no:asyncio", "-p", "no:cacheprovider")
-        reports = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call" or not r.passed]
-        assert len({r.nodeid for r in reports}) == len(twins) * len(checks_of(DecisionModelContract)), "not every check ran"
-        for twin in twins:
-            _FAILURES[class_name(twin)] = {}
-        for report in reports:
-            if report.failed:
-                _, cls, check = report.nodeid.split("::")
-                _FAILURES[cls][check] = report.longrepr.reprcrash.message
-    return _FAILURES
+def failures_of(pytester, twin: BrokenModel) -> dict[str, str]:
+    """check -> its failure's crash message (the exception's own text, not its traceback), of a
+    downstream-style run of the whole contract on `twin` alone.
+
+    One run per twin (about a tenth of a second each), not one shared run: a check's mutation is
+    then judged by every twin's test, also when a tool runs only the tests that reached it."""
+    pytester.makepyfile(test_twins=SUITE + CLASS.format(cls=class_name(twin), defect=twin.defect))
+    reprec = pytester.inline_run("-p", "no:asyncio", "-p", "no:cacheprovider")
+    reports = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call" or not r.passed]
+    assert len({r.nodeid for r in reports}) == len(checks_of(DecisionModelContract)), "not every check ran"
+    return {r.nodeid.split("::")[-1]: r.longrepr.reprcrash.message for r in reports if r.failed}
 
 
 def test_every_check_of_the_contract_has_a_broken_twin():
@@ -74,9 +65,8 @@ def test_a_check_added_without_a_twin_is_named_and_a_stale_twin_too():
 
 
 @pytest.mark.parametrize("check, twin", CASES)
-def test_the_contract_fails_each_broken_model_on_exactly_the_check_for_its_defect(failures_by_twin, check: str,
-                                                                                   twin: BrokenModel):
-    failures = failures_by_twin[class_name(twin)]
+def test_the_contract_fails_each_broken_model_on_exactly_the_check_for_its_defect(pytester, check: str, twin: BrokenModel):
+    failures = failures_of(pytester, twin)
     assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
     # The check's own failure (its assert or pytest.fail), saying the words: a crash inside the check
     # would show the check's source, words included, in its traceback but not in its message.
