@@ -281,6 +281,11 @@ def _comparable(decision: Decision) -> tuple[Any, Any]:
     return dict(decision.answers), getattr(decision.usage, "input_tokens", None)
 
 
+def _named(model: Any) -> str:
+    """The model's name for a message; the model itself where it declares none (a check says so)."""
+    return str(getattr(model, "name", model))
+
+
 def _refused_as_config_error(call: Callable[[], Any], what: str) -> None:
     """`call` must raise `LayaConfigError`; anything else fails the check, saying what happened."""
     try:
@@ -328,7 +333,7 @@ class DecisionModelContract:
         usable = _usable(self.contract_requests, self._types(model), wanted)
         if not usable:
             what = f"{wanted} questions" if wanted else "any of the contract's questions"
-            pytest.skip(f"{getattr(model, 'name', model)!s} declares question_types {self._types(model)}: "
+            pytest.skip(f"{_named(model)} declares question_types {self._types(model)}: "
                         f"it answers no {what}")
         return usable
 
@@ -345,7 +350,7 @@ class DecisionModelContract:
             judged = _only(questions, (wanted,)) if wanted else questions
             broken += [f"{rid}: {p}" for p in decision_problems(judged, decision, checks=checks)]
         if broken:
-            pytest.fail(f"{getattr(model, 'name', model)!s} broke the contract ({', '.join(checks)}):\n  "
+            pytest.fail(f"{_named(model)} broke the contract ({', '.join(checks)}):\n  "
                         + "\n  ".join(broken), pytrace=False)
 
     def _scripted(self, factory: ScriptedModelFactory | None) -> ScriptedModelFactory:
@@ -438,9 +443,12 @@ class DecisionModelContract:
 
     def test_one_answer_per_question_in_the_order_asked(self, decision_model: Any) -> None:
         questions = _only(ORDER_QUESTIONS, self._types(decision_model))
+        if not questions:
+            pytest.skip(f"{_named(decision_model)} declares question_types {self._types(decision_model)}: "
+                        "it answers none of the questions")
         decision = decision_model.decide(ORDER_STATE, questions)
         problems = decision_problems(questions, decision, checks=("answers",))
-        assert not problems, f"{decision_model.name} answered {list(decision.answers)} to {list(questions)}: {problems}"
+        assert not problems, f"{_named(decision_model)} answered {list(decision.answers)} to {list(questions)}: {problems}"
 
     # -- refusals ---------------------------------------------------------------------------
 
@@ -479,8 +487,8 @@ class DecisionModelContract:
     # -- behaviour --------------------------------------------------------------------------
 
     def test_a_deterministic_model_answers_the_same_request_identically(self, decision_model: Any) -> None:
-        if not decision_model.deterministic:
-            pytest.skip(f"{decision_model.name} declares deterministic = False")
+        if not getattr(decision_model, "deterministic", False):
+            pytest.skip(f"{_named(decision_model)} does not declare deterministic = True")
         for rid, state, questions in self._requests(decision_model)[:3]:
             first = _comparable(decision_model.decide(state, questions))
             second = _comparable(decision_model.decide(copy.deepcopy(state), copy.deepcopy(questions)))
@@ -491,7 +499,7 @@ class DecisionModelContract:
             sync = decision_model.decide(state, questions)
             async_ = run_coroutine(functools.partial(decision_model.adecide, state, questions))
             assert isinstance(async_, Decision), f"{rid}: adecide returned {type(async_).__name__}, not a Decision"
-            if decision_model.deterministic:
+            if getattr(decision_model, "deterministic", False):
                 assert _comparable(async_) == _comparable(sync), (
                     f"{rid}: adecide answered {dict(async_.answers)}, decide {dict(sync.answers)}")
             else:

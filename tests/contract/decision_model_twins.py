@@ -122,6 +122,40 @@ class DeterminismAsAString(FakeLayaModel):
     deterministic = "yes"
 
 
+class BlankName(FakeLayaModel):
+    name = "  "
+
+
+class RepeatsAQuestionType(FakeLayaModel):
+    question_types = ("choice", "score", "choice")
+
+
+class _Declaring:
+    """The correct adapter declaring only the attributes given: one left out is missing, not None."""
+
+    def __init__(self, **declared: Any) -> None:
+        self._adapter = FakeLayaModel()
+        self.__dict__.update(declared)
+
+    @property
+    def model(self) -> str:
+        return self._adapter.model
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        return self._adapter.decide(state, questions)
+
+    async def adecide(self, state: Any, questions: Any) -> Decision:
+        return await self._adapter.adecide(state, questions)
+
+    def close(self) -> None:
+        self._adapter.close()
+
+
+def _declaring_all_but(missing: str) -> Callable[[], Any]:
+    declared = {"name": "undeclared-adapter", "question_types": FakeLayaModel.question_types, "deterministic": True}
+    return lambda: _Declaring(**{k: v for k, v in declared.items() if k != missing})
+
+
 class IdentityWithoutRevision(FakeLayaModel):
     @property
     def model(self) -> str:
@@ -316,6 +350,15 @@ def _repairing(model: type[FakeLayaModel], defect: str, words: str) -> BrokenMod
 DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     "test_it_declares_a_name_question_types_and_determinism": (
         BrokenModel("determinism-as-a-string", DeterminismAsAString, "deterministic must be True or False, got 'yes'"),
+        BrokenModel("no-name", _declaring_all_but("name"), "name must be a non-empty string, got None"),
+        BrokenModel("blank-name", BlankName, "name must be a non-empty string, got '  '"),
+        # Declaring no types, it answers every type anyway, so the refusal check fails too.
+        BrokenModel("no-question-types", _declaring_all_but("question_types"),
+                    "question_types must name some of ['choice', 'score', 'noul'], each once; got ()",
+                    also_fails=("test_unsupported_question_types_are_a_config_error",)),
+        BrokenModel("repeats-a-question-type", RepeatsAQuestionType,
+                    "question_types must name some of ['choice', 'score', 'noul'], each once; got ('choice', 'score', 'choice')"),
+        BrokenModel("no-determinism", _declaring_all_but("deterministic"), "deterministic must be True or False, got None"),
     ),
     "test_identity_is_set": (
         BrokenModel("identity-without-revision", IdentityWithoutRevision,
