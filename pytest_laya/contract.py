@@ -503,7 +503,8 @@ class DecisionModelContract:
                 assert _comparable(async_) == _comparable(sync), (
                     f"{rid}: adecide answered {dict(async_.answers)}, decide {dict(sync.answers)}")
             else:
-                assert list(async_.answers) == list(sync.answers)
+                assert list(async_.answers) == list(sync.answers), (
+                    f"{rid}: adecide answered the questions {list(async_.answers)}, decide {list(sync.answers)}")
         _refused_as_config_error(lambda: run_coroutine(lambda: decision_model.adecide("Any state.", {})),
                                  "adecide('Any state.', {})")
 

@@ -318,6 +318,33 @@ class AsyncPathRoundsProbabilities(FakeLayaModel):
         return dataclasses.replace(decision, answers=rounded)
 
 
+class AsyncPathReturnsTheAnswers(FakeLayaModel):
+    """adecide returns the answers mapping, not the Decision."""
+
+    async def adecide(self, state: Any, questions: Any) -> Any:
+        return (await super().adecide(state, questions)).answers
+
+
+class AsyncPathReversesTheAnswers(FakeLayaModel):
+    """Not deterministic; adecide gives the answers in reverse order."""
+
+    deterministic = False
+
+    async def adecide(self, state: Any, questions: Any) -> Decision:
+        decision = await super().adecide(state, questions)
+        return dataclasses.replace(decision, answers=dict(reversed(list(decision.answers.items()))))
+
+
+class AsyncPathAnswersEmptyQuestions(FakeLayaModel):
+    """decide refuses ``{}``; adecide answers it with nothing."""
+
+    async def adecide(self, state: Any, questions: Any) -> Decision:
+        if questions == {}:
+            return Decision(answers={}, usage=Usage(input_tokens=1), model=self.model,
+                            provenance=Provenance(url="adapter:", request_id=None, served_by=None))
+        return await super().adecide(state, questions)
+
+
 class CloseTwiceRaises(FakeLayaModel):
     def close(self) -> None:
         super().close()
@@ -426,6 +453,12 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     ),
     "test_sync_and_async_paths_agree": (
         BrokenModel("async-path-rounds-probabilities", AsyncPathRoundsProbabilities, ": adecide answered"),
+        BrokenModel("async-path-returns-the-answers", AsyncPathReturnsTheAnswers, ": adecide returned dict, not a Decision"),
+        # Not deterministic, so only the order of the answers is compared (the order check reads decide).
+        BrokenModel("async-path-reverses-the-answers", AsyncPathReversesTheAnswers,
+                    "fr-score-3-noul: adecide answered the questions ['refund', 'urgency'], decide ['urgency', 'refund']"),
+        BrokenModel("async-path-answers-empty-questions", AsyncPathAnswersEmptyQuestions,
+                    "adecide('Any state.', {}) returned {} instead of raising LayaConfigError"),
     ),
     "test_close_twice_is_safe": (
         BrokenModel("close-twice-raises", CloseTwiceRaises,
