@@ -162,6 +162,13 @@ class IdentityWithoutRevision(FakeLayaModel):
         return "fake-laya"
 
 
+class DecisionNamesOtherWeights(FakeLayaModel):
+    """Its decisions name a revision the model itself does not."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        return dataclasses.replace(super().decide(state, questions), model="fake-laya@fake-1")
+
+
 class PadsChoicesWithAnOptionNeverOffered(_Rewriting):
     rewrite = _choices(lambda a: dataclasses.replace(a, probabilities={**a.probabilities, "other": 0.0}))
 
@@ -390,6 +397,8 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     "test_identity_is_set": (
         BrokenModel("identity-without-revision", IdentityWithoutRevision,
                     "model must name the weights as checkpoint@revision once a decision was made; got 'fake-laya'"),
+        BrokenModel("decision-names-other-weights", DecisionNamesOtherWeights,
+                    "the decision names the weights 'fake-laya@fake-1', the model says 'fake-laya@fake-0'"),
     ),
     "test_choice_probabilities_cover_exactly_the_offered_options": (
         BrokenModel("pads-choices-with-an-option-never-offered", PadsChoicesWithAnOptionNeverOffered,
