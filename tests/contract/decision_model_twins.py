@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_laya.fake import FakeLaya
 from pytest_laya.wire.decision import Choice, Decision, Noul, Provenance, Score, Usage, parse_answers, parse_usage
-from pytest_laya.wire.errors import LayaConfigError
+from pytest_laya.wire.errors import LayaCallError, LayaConfigError
 from pytest_laya.wire.questions import AskedQuestion, normalize_questions
 
 __all__ = ["DECISION_MODEL_TWINS", "BrokenModel", "ChoiceOnlyModel", "FakeLayaModel", "LaxModel", "twin_named"]
@@ -352,6 +352,15 @@ class AsyncPathAnswersEmptyQuestions(FakeLayaModel):
         return await super().adecide(state, questions)
 
 
+class RefusesConversationStates(FakeLayaModel):
+    """A text-only adapter: a conversation (a list of turns) as the state is refused as a failed call."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        if isinstance(state, list):
+            raise LayaCallError("this adapter reads text states only", code="bad_request")
+        return super().decide(state, questions)
+
+
 class CloseTwiceRaises(FakeLayaModel):
     def close(self) -> None:
         super().close()
@@ -406,6 +415,12 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
                     "['billing', 'technical'] (missing [], not offered ['other'])"),
     ),
     "test_choice_probabilities_are_in_unit_range_and_sum_to_one": (
+        # Every check that sends the conversation request (a choice question) fails the same way.
+        BrokenModel("refuses-conversation-states", RefusesConversationStates,
+                    "en-conversation-choice-12: decide raised LayaCallError: this adapter reads text states only "
+                    "[bad_request]", also_fails=("test_choice_probabilities_cover_exactly_the_offered_options",
+                                                 "test_the_chosen_option_is_offered_and_most_probable",
+                                                 "test_every_confidence_is_in_unit_range")),
         BrokenModel("probabilities-not-summing-to-one", ProbabilitiesNotSummingToOne,
                     "de-choice-3: answer 'team': probabilities sum to 0.6000, not 1 within 0.02"),
     ),
