@@ -169,6 +169,21 @@ def _health_shows_everything_without_a_token(fakes: Fakes, request: ReceivedRequ
     return (fakes.open if request.path == "/health" else fakes.keyed).normal_response(request)
 
 
+def _health_needs_a_token(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # /health without a token is refused, as every other route is: liveness needs a key.
+    if request.path == "/health" and not request.header("authorization"):
+        return _normal(fakes, dataclasses.replace(request, path=DECIDE, method="POST"))
+    return _normal(fakes, request)
+
+
+def _health_unavailable(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # A proxy whose health backend is down: the full health document (with the key) is a 502;
+    # liveness and decisions work.
+    if request.path == "/health" and request.header("authorization"):
+        return Respond(502, "backend unavailable\n")
+    return _normal(fakes, request)
+
+
 def _answers_grouped_by_type(fakes: Fakes, request: ReceivedRequest) -> Respond:
     # Yes/no answers first, then scores, then choices: one head per type, joined in its own order.
     response = _normal(fakes, request)
@@ -395,10 +410,13 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         BrokenServer("health-names-no-model", _health_saying(models={}),
                      "a serving server's /health must say ready: true and name at least one model, got ready True, "
                      "models []"),
+        BrokenServer("health-unavailable", _health_unavailable, "GET /health: expected HTTP 200, got HTTP 502",
+                     also_fails=("test_health_answers_status_ok",)),
     ),
     "test_health_without_a_token_shows_liveness_only": (
         BrokenServer("health-shows-all-without-a-token", _health_shows_everything_without_a_token,
                      'GET /health without a token must show only {"status": "ok"}, got keys [\'limits\', \'models\','),
+        BrokenServer("health-needs-a-token", _health_needs_a_token, "GET /health without a token: expected HTTP 200, got HTTP 401"),
     ),
     "test_a_decision_answers_every_question_in_order": (
         BrokenServer("answers-grouped-by-type", _answers_grouped_by_type,
