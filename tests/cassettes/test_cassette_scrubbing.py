@@ -135,12 +135,22 @@ def test_an_authorization_header_is_redacted_and_a_long_credential_scrubbed_ever
     quote(ODD_KEY, safe="/"),  # the slash left as it is
 ])
 def test_a_key_in_the_url_is_redacted_however_it_was_percent_encoded(tmp_path, spelled):
-    url = f"http://laya.test/v1/tenants/{spelled}/systemone?tenant={spelled}&{spelled}=1"
+    # The last parameter's value holds an `=` before the key: the name ends at the first one.
+    url = f"http://laya.test/v1/tenants/{spelled}/systemone?tenant={spelled}&{spelled}=1&note=key={spelled}"
     [stored] = record(tmp_path, answer(), post(url=url), api_key=ODD_KEY)
     path, _, query = stored["request"]["uri"].partition("?")
     assert unquote(path) == f"http://laya.invalid/v1/tenants/{REDACTED}/systemone"
     assert [part.partition("=")[::2] for part in query.split("&")] == [("tenant", quote_plus(REDACTED)),
-                                                                       (quote_plus(REDACTED), "1")]
+                                                                       (quote_plus(REDACTED), "1"),
+                                                                       ("note", quote_plus(f"key={REDACTED}"))]
+
+
+def test_a_url_without_a_secret_is_stored_as_it_was_spelt(tmp_path):
+    # Decoding and re-encoding is only for a secret hiding behind an escape; any other URL keeps
+    # its spelling, so the cassette shows what the client sent (`%7E`, `a=1=2` and all).
+    url = "http://laya.test/v1/team%7Ebilling/systemone?filter=a%3Db=c&x=%7E"
+    [stored] = record(tmp_path, answer(), post(url=url), api_key=ODD_KEY)
+    assert stored["request"]["uri"] == "http://laya.invalid/v1/team%7Ebilling/systemone?filter=a%3Db=c&x=%7E"
 
 
 def test_a_key_in_the_reason_phrase_is_redacted(tmp_path):
