@@ -209,6 +209,9 @@ CERTAINLY_HIGH = {0: 0.0, 1: 0.0, 2: 1.0}
     ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": True}, "expected level must be a number, got True"),
     ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": 0, "legend": {0: "low", 2: "high", 3: "urgent"}},
      "legend names levels [3] the question does not have"),
+    # Levels a model names by word beside numbers: listed, not a TypeError from sorting them.
+    ({"probabilities": CERTAINLY_LOW, "level": 0, "expected": 0, "legend": {0: "low", "top": "high", 3: "urgent"}},
+     "legend names levels [3, 'top'] the question does not have"),
 ])
 def test_the_expected_level_and_legend_are_held_to_the_probabilities_and_the_levels(answer, problem):
     assert decision_problems(URGENCY, score_decision(**answer)) == ([f"answer 'urgency': {problem}"] if problem else [])
