@@ -355,6 +355,39 @@ def test_limits_come_from_the_option_then_health_then_the_spec():
         parse_limit_options(["max_questions=many"])
 
 
+@pytest.mark.parametrize(("value", "words"), [
+    ("max_questions", "--laya-limit 'max_questions': use NAME=N with NAME one of max_questions, max_state_chars, "
+                      "max_body_bytes"),
+    ("questions=3", "--laya-limit 'questions=3': use NAME=N with NAME one of"),
+    ("max_questions=2.5", "--laya-limit 'max_questions=2.5': N must be a whole number"),
+    ("max_questions=0", "--laya-limit 'max_questions=0': N must be at least 1"),
+])
+def test_a_limit_option_that_cannot_be_read_says_what_to_write(value, words):
+    with pytest.raises(ValueError) as raised:
+        parse_limit_options(["max_state_chars=9", value])
+    assert str(raised.value).startswith(words)
+    assert parse_limit_options([" max_state_chars =9"]) == {"max_state_chars": 9}
+
+
+@pytest.mark.parametrize("health", [
+    None, "ok", {"limits": None}, {"limits": {"max_questions": 0, "max_state_chars": -5, "max_body_bytes": "2 MiB"}},
+    {"limits": {"max_questions": 8.0, "max_state_chars": False}},
+])
+def test_limits_a_health_document_does_not_publish_usably_are_the_specs(health):
+    limits = resolve_limits("target", health, {})
+    assert (limits.max_questions, limits.max_state_chars, limits.max_body_bytes) == (64, 50_000, 2 * 1024 * 1024)
+    assert limits.describe() == ("max_questions 64, max_state_chars 50000, max_body_bytes 2097152 "
+                                 "(from the target spec's defaults)")
+
+
+def test_limits_from_several_places_say_where_each_came_from():
+    limits = resolve_limits("current", {"limits": {"max_questions": 16}}, {"max_body_bytes": 1024})
+    assert limits.describe() == ("max_questions 16 (from /health), max_state_chars 50000 (from the current spec's "
+                                 "defaults), max_body_bytes 1024 (from --laya-limit)")
+    # An option wins over what /health publishes.
+    assert resolve_limits("current", {"limits": {"max_questions": 16}}, {"max_questions": 4}).max_questions == 4
+
+
 def test_the_documented_default_limits_are_what_the_specs_say():
     described = Spec.current().document["components"]["responses"]["Detail413"]["description"]
     assert "More than 64 questions" in described and "50,000 characters" in described and "2 MiB" in described
