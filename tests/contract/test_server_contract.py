@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - without the reference extra
 from pytest_laya import Spec
 from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
-from pytest_laya.faults import ReceivedRequest, Respond, ScriptedServer
+from pytest_laya.faults import Delay, ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
 from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (
@@ -463,6 +463,45 @@ def test_a_response_is_described_by_its_status_media_type_and_the_start_of_its_b
         assert answered({}, b'{"detail": "Bearer sk-described-31f0"}') == 'HTTP 404 no Content-Type: {"detail": "Bearer ***"}'
     finally:
         server.close()
+
+
+def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_the_wait():
+    key = "sk-silent-77aa"
+    with ScriptedServer(default=Delay(5.0, Respond(200, {}))) as silent:
+        server = ServerUnderTest(url=silent.url, spec_name="target", api_key=key, timeout_s=0.3)
+        server.hold_to("target", lambda exchange: None)
+        try:
+            with pytest.raises(pytest.fail.Exception) as failed:
+                server.send("GET", "/health")
+        finally:
+            server.close()
+    assert str(failed.value).startswith(f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout")
+    assert key not in str(failed.value)
+
+
+def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_with_where_they_were_seen():
+    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="current", api_key=None)
+    server.hold_to("current", lambda exchange: None)
+
+    def seen(path, status, body):
+        server.observe(Exchange(method="POST", url="http://127.0.0.1:9" + path, path=path, status=status,
+                                headers={"content-type": "application/json"}, body=json.dumps(body).encode(),
+                                request_body=None, elapsed_s=0.0))
+
+    try:
+        # laya-serve's refusals: {"detail": ...}, where the target asks for a problem document.
+        seen("/v1/systemone", 422, {"detail": "bad question"})
+        seen("/v1/systemone", 413, {"detail": "too many questions"})
+        seen("/v1/systemone/batch", 422, {"detail": "bad question"})
+        lines = server.rule_gap_lines()
+    finally:
+        server.close()
+    assert lines == [
+        "/headers/content-type: expected one of ['application/problem+json'] "
+        "[POST /v1/systemone 413, 422; POST /v1/systemone/batch 422]",
+        "/headers/x-request-id: expected header X-Request-Id (required) "
+        "[POST /v1/systemone 413, 422; POST /v1/systemone/batch 422]",
+    ]
 
 
 @pytest.mark.parametrize("where, general", [
