@@ -223,6 +223,22 @@ class AnswersEmptyQuestions(FakeLayaModel):
         return super().decide(state, questions)
 
 
+class EmptyQuestionsRaiseValueError(FakeLayaModel):
+    """Refuses ``{}`` with a bare ValueError instead of LayaConfigError."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        if questions == {}:
+            raise ValueError("questions must not be empty")
+        return super().decide(state, questions)
+
+
+class AnswersEmptyQuestionsWithADict(FakeLayaModel):
+    """Answers ``{}`` with a plain dict (not even a Decision)."""
+
+    def decide(self, state: Any, questions: Any) -> Any:
+        return {} if questions == {} else super().decide(state, questions)
+
+
 class AnswersTypesItDoesNotDeclare(FakeLayaModel):
     """Declares choice questions only, and answers score and noul ones anyway."""
 
@@ -313,6 +329,17 @@ class NoulDriftsBetweenCalls(_Rewriting):
     def decide(self, state: Any, questions: Any) -> Decision:
         self.calls += 1
         return super().decide(state, questions)
+
+
+class TokenCountDrifts(FakeLayaModel):
+    """Claims determinism; the answers repeat, but each call counts one more input token."""
+
+    calls = 0
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        self.calls += 1
+        decision = super().decide(state, questions)
+        return dataclasses.replace(decision, usage=dataclasses.replace(decision.usage, input_tokens=self.calls))
 
 
 class AsyncPathRoundsProbabilities(FakeLayaModel):
@@ -451,6 +478,12 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
         BrokenModel("answers-empty-questions", AnswersEmptyQuestions,
                     "decide('Any state.', {}) returned {} instead of raising LayaConfigError",
                     also_fails=("test_sync_and_async_paths_agree",)),
+        BrokenModel("empty-questions-raise-value-error", EmptyQuestionsRaiseValueError,
+                    "decide('Any state.', {}) raised ValueError (questions must not be empty), not LayaConfigError",
+                    also_fails=("test_sync_and_async_paths_agree",)),
+        BrokenModel("answers-empty-questions-with-a-dict", AnswersEmptyQuestionsWithADict,
+                    "decide('Any state.', {}) returned {} instead of raising LayaConfigError",
+                    also_fails=("test_sync_and_async_paths_agree",)),
     ),
     "test_unsupported_question_types_are_a_config_error": (
         BrokenModel("answers-types-it-does-not-declare", AnswersTypesItDoesNotDeclare,
@@ -473,6 +506,9 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     "test_a_deterministic_model_answers_the_same_request_identically": (
         # It claims determinism, so the async check, which then wants equal answers, fails too.
         BrokenModel("noul-drifts-between-calls", NoulDriftsBetweenCalls, "the same request was answered differently",
+                    also_fails=("test_sync_and_async_paths_agree",)),
+        # The answers alone repeat: the token count is part of what must.
+        BrokenModel("token-count-drifts", TokenCountDrifts, "the same request was answered differently",
                     also_fails=("test_sync_and_async_paths_agree",)),
     ),
     "test_sync_and_async_paths_agree": (
