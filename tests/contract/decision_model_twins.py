@@ -449,7 +449,10 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
                                                  "test_the_chosen_option_is_offered_and_most_probable",
                                                  "test_every_confidence_is_in_unit_range")),
         BrokenModel("probabilities-not-summing-to-one", ProbabilitiesNotSummingToOne,
-                    "de-choice-3: answer 'team': probabilities sum to 0.6000, not 1 within 0.02"),
+                    # The whole head of the message: the model, the check, each broken request on its line.
+                    "broken-adapter broke the contract (choice_distribution):\n"
+                    "  en-choice-2: answer 'team': probabilities sum to 0.6000, not 1 within 0.02\n"
+                    "  de-choice-3: answer 'team': probabilities sum to 0.6000, not 1 within 0.02"),
     ),
     "test_the_chosen_option_is_offered_and_most_probable": (
         BrokenModel("chooses-an-option-never-offered", ChoosesAnOptionNeverOffered,
