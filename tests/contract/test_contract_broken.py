@@ -297,6 +297,10 @@ def test_decision_problems_names_an_unknown_check_an_answer_of_another_type_and_
                                                                probabilities=probabilities)})
         assert decision_problems({"team": EVERY_TYPE["team"]}, gap, checks=("chosen",)) == [
             "answer 'team': chose 'technical' but gave it no probability"]
+    # Another option's probability not a number: the distribution check's to report, never a crash here.
+    odd = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
+                                                           probabilities={"billing": 0.5, "technical": "0.3", "sales": 0.2})})
+    assert decision_problems({"team": EVERY_TYPE["team"]}, odd, checks=("chosen",)) == []
 
 
 SCRIPTED_MISTAKES = '''
