@@ -332,9 +332,8 @@ class DecisionModelContract:
     def _requests(self, model: Any, wanted: str | None = None) -> list[tuple[str, Any, dict]]:
         usable = _usable(self.contract_requests, self._types(model), wanted)
         if not usable:
-            what = f"{wanted} questions" if wanted else "any of the contract's questions"
-            pytest.skip(f"{_named(model)} declares question_types {self._types(model)}: "
-                        f"it answers no {what}")
+            what = f"no {wanted} questions" if wanted else "none of the contract's questions"
+            pytest.skip(f"{_named(model)} declares question_types {self._types(model)}: it answers {what}")
         return usable
 
     def _check(self, model: Any, checks: Iterable[str], wanted: str | None = None) -> None:
@@ -445,7 +444,7 @@ class DecisionModelContract:
         questions = _only(ORDER_QUESTIONS, self._types(decision_model))
         if not questions:
             pytest.skip(f"{_named(decision_model)} declares question_types {self._types(decision_model)}: "
-                        "it answers none of the questions")
+                        "it answers none of the contract's questions")
         decision = decision_model.decide(ORDER_STATE, questions)
         problems = decision_problems(questions, decision, checks=("answers",))
         assert not problems, f"{_named(decision_model)} answered {list(decision.answers)} to {list(questions)}: {problems}"

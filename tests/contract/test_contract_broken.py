@@ -124,6 +124,35 @@ def test_a_choice_only_model_must_refuse_score_and_noul_questions_and_is_told_wh
     result.stdout.fnmatch_lines(["*choice-only-adapter declares question_types ('choice',): it answers no score questions*"])
 
 
+def test_a_model_declaring_no_question_types_is_told_so_and_every_question_check_skips_saying_why(pytester):
+    pytester.makepyfile(test_undeclared="""
+import pytest
+
+from pytest_laya import DecisionModelContract
+from tests.contract.decision_model_twins import twin_named
+
+
+class TestNoTypes(DecisionModelContract):
+    @pytest.fixture
+    def decision_model(self):
+        return twin_named("no-question-types").model()
+""")
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rfs")
+    result.assert_outcomes(failed=2, passed=1, skipped=15)  # declarations, and the refusal of undeclared types
+    result.stdout.fnmatch_lines(["*AssertionError: question_types must name some of *, each once; got ()"])
+    # Every check that sends questions says why it cannot.
+    reasons = {line.split(": ", 1)[1]: line.split()[1] for line in result.stdout.lines if line.startswith("SKIPPED")}
+    assert reasons == {
+        "undeclared-adapter declares question_types (): it answers none of the contract's questions": "[1]",
+        "undeclared-adapter declares question_types (): it answers no choice questions": "[3]",
+        "undeclared-adapter declares question_types (): it answers no score questions": "[1]",
+        "undeclared-adapter declares question_types (): it answers no noul questions": "[1]",
+        "no scripted_decision_model fixture: give the class one (a factory answers -> model) so the answer-validation "
+        "checks can run": "[4]",
+    }, reasons
+
+
 def test_without_a_scripted_model_the_answer_validation_checks_skip_and_say_why(suite):
     result = suite.runpytest("-p", "no:cacheprovider", "-rs", "-k", "TestWithoutAScriptedModel")
     result.assert_outcomes(passed=len(CONTRACT_TESTS) - len(SCRIPTED), skipped=len(SCRIPTED))
