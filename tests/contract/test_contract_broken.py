@@ -423,3 +423,40 @@ def test_answer_checks_skip_when_the_scripted_model_answers_none_of_their_types(
     result.assert_outcomes(skipped=3, passed=1)  # the out-of-range check scripts yes/no answers too
     result.stdout.fnmatch_lines(["*the scripted model answers none of the question types this check scripts (foreign_key)*",
                                  "*(short_distribution)*", "*(not_summing_to_one)*"])
+
+
+def test_decision_problems_reports_answers_missing_their_members_by_name_never_raising():
+    # Answer objects from an adapter that left members out: each gap is a problem, not an AttributeError.
+    bare = SimpleNamespace(answers={
+        "team": SimpleNamespace(type="choice"),
+        "urgency": SimpleNamespace(),
+        "refund": SimpleNamespace(type="noul"),
+    })
+    assert decision_problems(EVERY_TYPE, bare) == [
+        "answer 'team': confidence None is outside [0, 1]",
+        "answer 'team': probabilities must be a mapping, got NoneType",
+        "answer 'urgency' is a SimpleNamespace, but a score question was asked",
+        "answer 'refund': P(true) None is outside [0, 1]",
+    ]
+    keyless = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", confidence=0.5,
+                                                               probabilities={"billing": 0.5, "technical": 0.3, "sales": 0.2})})
+    assert decision_problems({"team": EVERY_TYPE["team"]}, keyless) == [
+        "answer 'team': chose None, which the question never offered (['billing', 'technical', 'sales'])"]
+
+
+def test_decision_problems_judges_every_answer_after_a_missing_or_mistyped_one():
+    later_broken = {"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
+                                            probabilities={"billing": 0.5, "technical": 0.3, "sales": 0.2}),
+                    "refund": SimpleNamespace(type="noul", p=2.0, confidence=0.5)}
+    mistyped = SimpleNamespace(answers={"urgency": SimpleNamespace(type="noul", p=0.5, confidence=0.5), **later_broken})
+    missing = SimpleNamespace(answers=later_broken)
+    questions = {"urgency": URGENCY["urgency"], "team": EVERY_TYPE["team"], "refund": EVERY_TYPE["refund"]}
+    assert decision_problems(questions, mistyped, checks=("answers", "noul")) == [
+        "answer 'urgency' is a noul, but a score question was asked", "answer 'refund': P(true) 2.0 is outside [0, 1]"]
+    assert decision_problems(questions, missing, checks=("noul",)) == ["answer 'refund': P(true) 2.0 is outside [0, 1]"]
+
+
+def test_a_chosen_option_within_1e_9_of_the_most_probable_is_the_most_probable():
+    tie = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
+                                                           probabilities={"billing": 0.5 - 1e-9, "technical": 0.5, "sales": 0.0})})
+    assert decision_problems({"team": EVERY_TYPE["team"]}, tie, checks=("chosen",)) == []
