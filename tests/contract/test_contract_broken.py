@@ -460,3 +460,32 @@ def test_a_chosen_option_within_1e_9_of_the_most_probable_is_the_most_probable()
     tie = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
                                                            probabilities={"billing": 0.5 - 1e-9, "technical": 0.5, "sales": 0.0})})
     assert decision_problems({"team": EVERY_TYPE["team"]}, tie, checks=("chosen",)) == []
+
+
+def test_a_check_reports_every_request_after_one_the_model_refused(pytester):
+    pytester.makepyfile(test_both="""
+import pytest
+
+from pytest_laya import DecisionModelContract
+from tests.contract.decision_model_twins import ProbabilitiesNotSummingToOne, RefusesConversationStates
+
+
+class RefusesAndMiscounts(RefusesConversationStates, ProbabilitiesNotSummingToOne):
+    pass
+
+
+class TestBoth(DecisionModelContract):
+    @pytest.fixture
+    def decision_model(self):
+        return RefusesAndMiscounts()
+""")
+    pytester.syspathinsert()
+    reprec = pytester.inline_run("-p", "no:asyncio", "-p", "no:cacheprovider", "-k", "sum_to_one")
+    [failed] = [r for r in reprec.getreports("pytest_runtest_logreport") if r.failed]
+    lines = failed.longrepr.reprcrash.message.splitlines()
+    assert lines[1:] == [
+        "  en-choice-2: answer 'team': probabilities sum to 0.6000, not 1 within 0.02",
+        "  de-choice-3: answer 'team': probabilities sum to 0.6000, not 1 within 0.02",
+        "  en-conversation-choice-12: decide raised LayaCallError: this adapter reads text states only [bad_request]",
+        "  en-json-state-mixed: answer 'team': probabilities sum to 0.6000, not 1 within 0.02",
+    ]
