@@ -258,6 +258,16 @@ class AnswersUnknownTypesAsNoul(FakeLayaModel):
         return super().decide(state, {**questions, **unknown})
 
 
+class UnknownTypeRaisesValueError(FakeLayaModel):
+    """Refuses a question of an unknown type with a bare ValueError instead of LayaConfigError."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        for q in questions.values():
+            if isinstance(q.get("type"), str) and q["type"] not in ("choice", "score", "noul"):
+                raise ValueError(f"no such question type: {q['type']!r}")
+        return super().decide(state, questions)
+
+
 class DropsOptionsNeverOffered(FakeLayaModel):
     """'Repairs' raw answers: drops probabilities of options never offered, picks the top one."""
 
@@ -490,7 +500,10 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     ),
     "test_unsupported_question_types_are_a_config_error": (
         BrokenModel("answers-types-it-does-not-declare", AnswersTypesItDoesNotDeclare,
-                    "a score question (not in question_types) was answered instead of raising LayaConfigError"),
+                    "a score question (not in question_types) was answered instead of raising LayaConfigError\n"
+                    "  a noul question (not in question_types) was answered instead of raising LayaConfigError"),
+        BrokenModel("unknown-type-raises-value-error", UnknownTypeRaisesValueError,
+                    "an unknown type raised ValueError (no such question type: 'essay'), not LayaConfigError"),
         BrokenModel("answers-unknown-types-as-noul", AnswersUnknownTypesAsNoul,
                     "an unknown type was answered instead of raising LayaConfigError"),
     ),

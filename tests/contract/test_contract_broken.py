@@ -16,6 +16,7 @@ mutation testing, docs/testing.md.)
 from __future__ import annotations
 
 import asyncio
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -83,6 +84,15 @@ SCRIPTED = {
     "test_an_answer_missing_an_option_is_a_call_error",
     "test_an_answer_with_a_probability_outside_unit_range_is_a_call_error",
     "test_an_answer_whose_probabilities_do_not_sum_to_one_is_a_call_error",
+}
+
+
+#: What each answer-validation check's failure calls its malformed answers.
+SCRIPTED_WHAT = {
+    "test_an_answer_with_an_option_never_offered_is_a_call_error": "foreign key",
+    "test_an_answer_missing_an_option_is_a_call_error": "short distribution",
+    "test_an_answer_with_a_probability_outside_unit_range_is_a_call_error": "out of range",
+    "test_an_answer_whose_probabilities_do_not_sum_to_one_is_a_call_error": "not summing to one",
 }
 
 
@@ -412,8 +422,16 @@ def test_a_scripted_model_that_misbehaves_fails_the_answer_checks_saying_how(pyt
     failed = {r.nodeid.split("::")[-1]: r.longrepr.reprcrash.message
               for r in reprec.getreports("pytest_runtest_logreport") if r.failed}
     assert set(failed) == SCRIPTED, failed
-    assert all(message.startswith("Failed: malformed answers (") for message in failed.values()), failed
-    assert all(words in message for message in failed.values()), failed
+    for check, message in failed.items():
+        head, *lines = message.splitlines()
+        assert head == f"Failed: malformed answers ({SCRIPTED_WHAT[check]}) must raise LayaCallError:", message
+        # One line per malformed answer the check scripts (or one for the refused well-formed one).
+        assert lines and all(line.startswith("  ") for line in lines), message
+        assert any(words in line for line in lines), message
+    if cls == "TestConfigErrorForMalformed":  # each of the three malformed choices and scores, on its line
+        lines = failed["test_an_answer_with_an_option_never_offered_is_a_call_error"].splitlines()[1:]
+        assert len(lines) == 3 and all(re.fullmatch(r"  \{'type': '(choice|score)'.*\} " + re.escape(words), line)
+                                       for line in lines), lines
 
 
 def test_answer_checks_skip_when_the_scripted_model_answers_none_of_their_types(pytester):
