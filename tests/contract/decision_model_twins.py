@@ -483,7 +483,10 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
                     "en-choice-2: answer 'team': confidence"),
     ),
     "test_one_answer_per_question_in_the_order_asked": (
-        BrokenModel("answers-in-id-order", AnswersInIdOrder, "are not one per question in the order asked "
+        BrokenModel("answers-in-id-order", AnswersInIdOrder,
+                    "AssertionError: fake-laya-adapter answered ['alpha', 'beta', 'kappa', 'mid', 'omega', 'zeta'] to "
+                    "['zeta', 'alpha', 'mid', 'beta', 'omega', 'kappa']: [\"answers ['alpha', 'beta', 'kappa', 'mid', "
+                    "'omega', 'zeta'] are not one per question in the order asked "
                     "['zeta', 'alpha', 'mid', 'beta', 'omega', 'kappa']"),
     ),
     "test_empty_questions_are_a_config_error": (

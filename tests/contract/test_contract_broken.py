@@ -456,6 +456,10 @@ def test_decision_problems_reports_answers_missing_their_members_by_name_never_r
         "answer 'urgency' is a SimpleNamespace, but a score question was asked",
         "answer 'refund': P(true) None is outside [0, 1]",
     ]
+    listed = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
+                                                              probabilities=[0.5, 0.3, 0.2])})
+    assert decision_problems({"team": EVERY_TYPE["team"]}, listed) == [
+        "answer 'team': probabilities must be a mapping, got list"]
     keyless = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", confidence=0.5,
                                                                probabilities={"billing": 0.5, "technical": 0.3, "sales": 0.2})})
     assert decision_problems({"team": EVERY_TYPE["team"]}, keyless) == [
@@ -507,3 +511,22 @@ class TestBoth(DecisionModelContract):
         "  en-conversation-choice-12: decide raised LayaCallError: this adapter reads text states only [bad_request]",
         "  en-json-state-mixed: answer 'team': probabilities sum to 0.6000, not 1 within 0.02",
     ]
+
+
+def test_a_model_that_does_not_declare_determinism_is_not_held_to_it_and_is_told_why(pytester):
+    pytester.makepyfile(test_undeclared="""
+import pytest
+
+from pytest_laya import DecisionModelContract
+from tests.contract.decision_model_twins import twin_named
+
+
+class TestNoDeterminism(DecisionModelContract):
+    @pytest.fixture
+    def decision_model(self):
+        return twin_named("no-determinism").model()
+""")
+    pytester.syspathinsert()
+    result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rs", "-k", "identically")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * undeclared-adapter does not declare deterministic = True"])
