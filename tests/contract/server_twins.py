@@ -460,6 +460,13 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      _invalid_questions_refused(lambda body: {**body, "code": "invalid_request"}),
                      "a question of unknown type 'ranking': expected problem code 'invalid_question', "
                      "got 'invalid_request'", also_fails=("test_every_invalid_question_is_named",)),
+        # The right status, a body the spec refuses: the violations are the failure.
+        BrokenServer("invalid-questions-errors-without-question",
+                     _invalid_questions_refused(lambda body: {**body, "errors": [
+                         {k: v for k, v in e.items() if k != "question"} for e in body["errors"]]}),
+                     "POST /v1/systemone -> 422 breaks the target spec (1 violation):\n"
+                     "  /body/errors/0/question: expected a required property, got absent",
+                     also_fails=("test_every_invalid_question_is_named",)),
         # Each invalid question named by its path in the request, not by its id.
         BrokenServer("invalid-questions-named-by-path",
                      _invalid_questions_refused(lambda body: {**body, "errors": [
