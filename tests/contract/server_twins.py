@@ -464,7 +464,8 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         BrokenServer("invalid-questions-errors-without-question",
                      _invalid_questions_refused(lambda body: {**body, "errors": [
                          {k: v for k, v in e.items() if k != "question"} for e in body["errors"]]}),
-                     "POST /v1/systemone -> 422 breaks the target spec (1 violation):\n"
+                     # Its first words: the violations are the failure, not an afterthought to another.
+                     "Failed: POST /v1/systemone -> 422 breaks the target spec (1 violation):\n"
                      "  /body/errors/0/question: expected a required property, got absent",
                      also_fails=("test_every_invalid_question_is_named",)),
         # Each invalid question named by its path in the request, not by its id.
