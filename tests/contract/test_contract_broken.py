@@ -134,20 +134,25 @@ def test_a_choice_only_model_must_refuse_score_and_noul_questions_and_is_told_wh
     result.stdout.fnmatch_lines(["*choice-only-adapter declares question_types ('choice',): it answers no score questions*"])
 
 
-def test_a_model_declaring_no_question_types_is_told_so_and_every_question_check_skips_saying_why(pytester):
-    pytester.makepyfile(test_undeclared="""
+def contract_over_twin(pytester, defect: str) -> None:
+    """A downstream-style module running the contract on the twin named `defect`, with no scripted model."""
+    pytester.makepyfile(test_undeclared=f"""
 import pytest
 
 from pytest_laya import DecisionModelContract
 from tests.contract.decision_model_twins import twin_named
 
 
-class TestNoTypes(DecisionModelContract):
+class TestTwin(DecisionModelContract):
     @pytest.fixture
     def decision_model(self):
-        return twin_named("no-question-types").model()
+        return twin_named({defect!r}).model()
 """)
     pytester.syspathinsert()
+
+
+def test_a_model_declaring_no_question_types_is_told_so_and_every_question_check_skips_saying_why(pytester):
+    contract_over_twin(pytester, "no-question-types")
     result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rfs")
     result.assert_outcomes(failed=2, passed=1, skipped=15)  # declarations, and the refusal of undeclared types
     result.stdout.fnmatch_lines(["*AssertionError: question_types must name some of *, each once; got ()"])
@@ -514,19 +519,7 @@ class TestBoth(DecisionModelContract):
 
 
 def test_a_model_that_does_not_declare_determinism_is_not_held_to_it_and_is_told_why(pytester):
-    pytester.makepyfile(test_undeclared="""
-import pytest
-
-from pytest_laya import DecisionModelContract
-from tests.contract.decision_model_twins import twin_named
-
-
-class TestNoDeterminism(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return twin_named("no-determinism").model()
-""")
-    pytester.syspathinsert()
+    contract_over_twin(pytester, "no-determinism")
     result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rs", "-k", "identically")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * undeclared-adapter does not declare deterministic = True"])

@@ -26,9 +26,10 @@ CHECKS = checks_of(server_suite)
 CASES = [pytest.param(check, twin, id=twin.defect) for check, twins in SERVER_TWINS.items() for twin in twins]
 
 
-def run_suite(pytester, url: str, spec: str):
+def run_suite(pytester, url: str, spec: str, *more: str):
     return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "--pyargs", "pytest_laya.suites.server",
-                              "--laya-mode=live", f"--laya-url={url}", f"--laya-spec={spec}", f"--laya-api-key={KEY}")
+                              "--laya-mode=live", f"--laya-url={url}", f"--laya-spec={spec}", f"--laya-api-key={KEY}",
+                              *more)
 
 
 def test_every_check_of_the_server_contract_has_a_broken_twin_or_only_measures():
@@ -81,9 +82,7 @@ def test_under_the_current_spec_naming_only_some_invalid_questions_is_a_target_g
         return response
 
     with ScriptedServer(default=respond) as server:
-        result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "--pyargs", "pytest_laya.suites.server",
-                                    "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=current", "-rx",
-                                    "-k", "test_every_invalid_question_is_named")
+        result = run_suite(pytester, server.url, "current", "-rx", "-k", "test_every_invalid_question_is_named")
     result.assert_outcomes(xfailed=1) if gap else result.assert_outcomes(passed=1)
     if gap:
         result.stdout.fnmatch_lines(["*target gap: the 422 names only some of the invalid questions (HTTP 422*"])
