@@ -139,22 +139,15 @@ class Server:
         return "\n".join(self.lines[-n:])
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
+        # The whole process group: SIGTERM, then SIGKILL if it is still there after a grace period.
+        for sig, grace_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+            if self.proc.poll() is not None:
+                break
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(grace_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
         self._reader.join(5)
         try:
             self.log_path.write_text("$ " + " ".join(self.cmd) + "\n" + "\n".join(self.lines) + "\n")
@@ -208,10 +201,10 @@ def top_two_margin(answers: dict[str, Any], key: str) -> float | None:
 DERIVED = (".score", ".x_jev_confidence")
 
 
-def compare(got: dict[str, Any], expected: dict[str, Any], tolerance: float,
-            near_ties: list[str] | None = None, derived: list[str] | None = None) -> tuple[list[str], float, float]:
+def compare(got: dict[str, Any], expected: dict[str, Any], tolerance: float, near_ties: list[str] | None = None,
+            derived: list[str] | None = None) -> tuple[list[str], float, float, float]:
     """(differences beyond the tolerance or in kind, max abs diff of the probability-like numbers, of
-    `probabilities` entries only).
+    `probabilities` entries only, of the derived numbers).
 
     With `near_ties`, a choice or top score level that differs where the expected answer's two
     most probable options are within 2 x tolerance of each other goes there instead. With
@@ -222,13 +215,15 @@ def compare(got: dict[str, Any], expected: dict[str, Any], tolerance: float,
     if g.keys() != e.keys():
         problems.append(f"answer fields differ: only here {sorted(g.keys() - e.keys())}, "
                         f"only in baseline {sorted(e.keys() - g.keys())}")
-    worst = worst_p = 0.0
+    worst = worst_p = worst_derived = 0.0
     for key in sorted(g.keys() & e.keys()):
         a, b = g[key], e[key]
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
             diff = abs(float(a) - float(b))
             is_derived = key.endswith(DERIVED)
-            if not is_derived:
+            if is_derived:
+                worst_derived = max(worst_derived, diff)
+            else:
                 worst = max(worst, diff)
             if ".p[" in key:
                 worst_p = max(worst_p, diff)
@@ -241,7 +236,11 @@ def compare(got: dict[str, Any], expected: dict[str, Any], tolerance: float,
                 near_ties.append(f"{key}: {a!r} vs {b!r} (expected side's top-two margin {margin:.4f})")
             else:
                 problems.append(f"{key}: {a!r} vs {b!r}")
-    return problems, worst, worst_p
+    return problems, worst, worst_p, worst_derived
+
+
+def p90(values: list[float]) -> float:
+    return round(sorted(values)[int(0.9 * (len(values) - 1))], 2)
 
 
 def requests_to_send() -> list[tuple[str, dict[str, Any]]]:
@@ -303,13 +302,13 @@ def run_side(server: Server, args: argparse.Namespace, failures: list[str]) -> d
                     answers[rid] = {"answers": doc["answers"], "input_tokens": doc["usage"]["input_tokens"],
                                     "served_by": doc.get("served_by")}
                 else:
-                    problems, _, _ = compare(doc["answers"], answers[rid]["answers"], 0.0)
+                    problems, *_ = compare(doc["answers"], answers[rid]["answers"], 0.0)
                     if problems:
                         fail(f"{rid}: round {round_ + 1} differs from round 1 on the same server: {problems[:5]}")
         side["answers"] = answers
         side["latency_by_request_ms"] = by_request
         side["sequential_ms"] = {"n": len(latencies), "median": round(statistics.median(latencies), 2),
-                                 "p90": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 2),
+                                 "p90": p90(latencies),
                                  "min": round(min(latencies), 2), "max": round(max(latencies), 2)}
         for rid, a in answers.items():
             sb = a.get("served_by") or {}
@@ -372,14 +371,14 @@ def run_side(server: Server, args: argparse.Namespace, failures: list[str]) -> d
             if v:
                 fail(f"burst {rid} breaks the target spec: {v}")
             if doc is not None and rid in side["answers"]:
-                problems, w, _ = compare(doc["answers"], side["answers"][rid]["answers"], args.tolerance)
+                problems, w, *_ = compare(doc["answers"], side["answers"][rid]["answers"], args.tolerance)
                 worst = max(worst, w)
                 if problems:
                     fail(f"burst {rid} differs from its sequential answer: {problems[:5]}")
         lat = [x[2] for x in results] or [float("nan")]
         side["burst"] = {"requests": len(jobs), "concurrency": args.concurrency, "statuses": statuses,
                          "wall_s": round(wall, 3), "median_ms": round(statistics.median(lat), 2),
-                         "p90_ms": round(sorted(lat)[int(0.9 * (len(lat) - 1))], 2), "max_ms": round(max(lat), 2),
+                         "p90_ms": p90(lat), "max_ms": round(max(lat), 2),
                          "max_abs_diff_vs_sequential": worst}
         print(f"[{label}] burst: {side['burst']}", flush=True)
 
@@ -404,26 +403,20 @@ def compare_sides(side: dict[str, Any], baseline: dict[str, Any], tolerance: flo
             continue
         ties: list[str] = []
         more: list[str] = []
-        problems, w, wp = compare(a[rid]["answers"], b[rid]["answers"], tolerance, ties, more)
+        problems, w, wp, wd = compare(a[rid]["answers"], b[rid]["answers"], tolerance, ties, more)
         derived.extend(f"{rid}: {x}" for x in more)
-        worst, worst_p, compared = max(worst, w), max(worst_p, wp), compared + 1
+        worst, worst_p, worst_derived, compared = max(worst, w), max(worst_p, wp), max(worst_derived, wd), compared + 1
         if a[rid]["input_tokens"] != b[rid]["input_tokens"]:
             problems.append(f"input_tokens {a[rid]['input_tokens']} vs {b[rid]['input_tokens']}")
         diffs.extend(f"{rid}: {x}" for x in problems)
         near_ties.extend(f"{rid}: {x}" for x in ties)
     for i, (x, y) in enumerate(zip(side.get("batch") or [], baseline.get("batch") or [])):
         ties, more = [], []
-        problems, w, wp = compare(x["answers"], y["answers"], tolerance, ties, more)
+        problems, w, wp, wd = compare(x["answers"], y["answers"], tolerance, ties, more)
         derived.extend(f"batch[{i}]: {d}" for d in more)
-        worst, worst_p = max(worst, w), max(worst_p, wp)
+        worst, worst_p, worst_derived = max(worst, w), max(worst_p, wp), max(worst_derived, wd)
         diffs.extend(f"batch[{i}]: {d}" for d in problems)
         near_ties.extend(f"batch[{i}]: {d}" for d in ties)
-    for x, y in [(a[r]["answers"], b[r]["answers"]) for r in set(a) & set(b)] + list(
-            zip([s["answers"] for s in side.get("batch") or []], [s["answers"] for s in baseline.get("batch") or []])):
-        g, e = numbers(x), numbers(y)
-        for key in set(g) & set(e):
-            if key.endswith(DERIVED) and isinstance(g[key], (int, float)) and isinstance(e[key], (int, float)):
-                worst_derived = max(worst_derived, abs(float(g[key]) - float(e[key])))
     return {"requests_compared": compared, "max_abs_diff_probability_like": round(worst, 6),
             "max_abs_diff_probabilities_field": round(worst_p, 6),
             "max_abs_diff_derived_score_or_jev": round(worst_derived, 6), "differences": diffs,
