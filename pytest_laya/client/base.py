@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,10 +33,16 @@ from pytest_laya.wire.questions import Questions
 from pytest_laya.wire.routes import HEALTH_PATH
 
 
-@functools.cache
 def ssl_context() -> ssl.SSLContext:
-    # httpx reads the CA bundle for every new client (about 19 ms); one context serves them all,
-    # so a test suite that builds a client per test does not pay it per test.
+    """What httpx trusts: certifi's CA bundle, or the one SSL_CERT_FILE / SSL_CERT_DIR names now."""
+    return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _ssl_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    # httpx reads the CA bundle for every new client (about 19 ms); one context per setting serves
+    # them all, so a suite that builds a client per test pays it once, and a test that sets
+    # SSL_CERT_FILE gets its own. httpx reads the same two variables: the arguments are the key.
     return httpx.create_ssl_context()
 
 

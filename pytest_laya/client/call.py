@@ -8,6 +8,7 @@ clients.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -199,10 +200,14 @@ class DecisionCall:
     def error(self, error: LayaError, status: int | None = None) -> LayaError:
         return error.with_context(status=status, request_id=self.request_id, url=self.settings.shown_url)
 
-    def failure_error(self, attempt: Attempt, attempts: int) -> LayaCallError:
+    def failure_error(self, attempt: Attempt, attempts: int) -> LayaError:
         kind = attempt.failure
         tried = f" after {attempts} attempts" if attempts > 1 else ""
         url = self.settings.shown_url
+        if kind is TransportFailure.UNTRUSTED:
+            said = self.settings.scrub(str(attempt.cause))
+            return self.error(LayaConfigError(f"the TLS certificate of {url} is not trusted ({said}): set SSL_CERT_FILE"
+                                              " (or SSL_CERT_DIR) to the CA bundle that signed it", code=kind.value))
         if kind is TransportFailure.TIMED_OUT:
             message = f"no complete answer from {url} within the {self.settings.timeout_s:g}s deadline{tried}"
         elif kind is TransportFailure.REFUSED:
@@ -353,5 +358,16 @@ def classify_failure(exc: httpx.TransportError) -> TransportFailure:
     if isinstance(exc, httpx.TimeoutException):
         return TransportFailure.TIMED_OUT
     if isinstance(exc, httpx.ConnectError):
-        return TransportFailure.REFUSED
+        return TransportFailure.UNTRUSTED if _caused_by(exc, ssl.SSLCertVerificationError) else TransportFailure.REFUSED
     return TransportFailure.DROPPED
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    # httpx re-raises httpcore's exception `from` it; httpcore raises its own while handling the
+    # socket's, which is then only the context.
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

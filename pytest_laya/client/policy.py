@@ -44,6 +44,7 @@ class TransportFailure(enum.Enum):
     REFUSED = "connection_refused"
     DROPPED = "connection_dropped"
     TIMED_OUT = "deadline_exceeded"
+    UNTRUSTED = "untrusted_certificate"  # the TLS handshake refused the server's certificate
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class RetryPolicy:
     reconnect_pause_s: float = 0.05
 
     def after_failure(self, failure: TransportFailure, attempt: int, deadline: Deadline) -> Retry | None:
-        if attempt > self.max_retries or failure is TransportFailure.TIMED_OUT:
+        if attempt > self.max_retries or failure in (TransportFailure.TIMED_OUT, TransportFailure.UNTRUSTED):
             return None
         wait = self.reconnect_pause_s if failure is TransportFailure.REFUSED else 0.0
         if deadline.remaining() <= wait:

@@ -1,0 +1,142 @@
+"""The served client over HTTPS, against a loopback TLS server with a test CA.
+
+Served Laya often sits behind a TLS proxy with a company CA. The client trusts what httpx trusts
+(certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``); the TLS handshake counts against the
+deadline like every other socket operation. The certificates are in tests/data/tls (``make.sh``
+there regenerates them).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pytest_laya import LayaCallError, LayaConfigError
+from tests.client.test_client_faults import ANSWER, DEADLINE_S, SLACK_S, decide
+
+TLS = Path(__file__).parents[1] / "data" / "tls"
+
+
+class _HttpsServer(ThreadingHTTPServer):
+    """Counts the connections it accepts, handshakes that fail included."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Answering)
+        self.connections = 0
+        self.paths: list[str] = []
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(TLS / "server.pem", TLS / "server.key")
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+
+    def get_request(self):  # type: ignore[no-untyped-def]
+        self.connections += 1
+        return super().get_request()
+
+
+class _Answering(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        body = json.dumps(ANSWER).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def https_server() -> Iterator[_HttpsServer]:
+    """A loopback HTTPS server answering every POST, with a certificate signed by the test CA."""
+    server = _HttpsServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """A loopback port that accepts connections and never says a word (no TLS handshake)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def url_of(server: _HttpsServer) -> str:
+    return f"https://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request):
+    return request.param
+
+
+def test_a_decision_over_https_when_the_servers_ca_is_trusted(kind, https_server, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
+    decision, _ = decide(kind, url_of(https_server))
+    assert not isinstance(decision, Exception), decision
+    assert decision.answers["refund"].p == 0.9 and https_server.paths == ["/v1/systemone"]
+
+
+def test_an_untrusted_certificate_is_a_config_error_that_says_what_to_do(kind, https_server, monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    error, _ = decide(kind, url_of(https_server))
+    # Retrying cannot make the certificate trusted: one attempt, and the way to trust it.
+    assert isinstance(error, LayaConfigError), error
+    assert error.code == "untrusted_certificate"
+    assert "certificate verify failed" in str(error) and "SSL_CERT_FILE" in str(error)
+    assert https_server.connections == 1 and https_server.paths == []
+
+
+def test_trust_follows_ssl_cert_file_as_it_is_when_a_client_is_built(kind, https_server, monkeypatch):
+    # The CA bundle is read once per setting, not once per process: a test that sets
+    # SSL_CERT_FILE (or clears it) changes what the next client trusts.
+    url = url_of(https_server)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    assert isinstance(decide(kind, url)[0], LayaConfigError)
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
+    assert not isinstance(decide(kind, url)[0], Exception)
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert isinstance(decide(kind, url)[0], LayaConfigError)
+
+
+def test_a_tls_handshake_that_never_answers_ends_at_the_deadline(kind, silent_listener):
+    error, elapsed = decide(kind, silent_listener)
+    assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded", error
+    assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + SLACK_S
