@@ -62,7 +62,11 @@ class _DeadlineStream:
 
 
 class _DeadlineBackend:
-    """httpcore's sync network backend with every stream a `_DeadlineStream` (connects bounded too)."""
+    """httpcore's sync network backend with every stream a `_DeadlineStream` (connects bounded too).
+
+    Only `connect_tcp`: the pool it serves has no Unix socket and no connect retries, so httpcore
+    never asks it for `connect_unix_socket` or `sleep`.
+    """
 
     def __init__(self) -> None:
         import httpcore
@@ -73,12 +77,6 @@ class _DeadlineBackend:
                     socket_options: Any = None) -> _DeadlineStream:
         return _DeadlineStream(self._backend.connect_tcp(host, port, _bounded(timeout, "connect"), local_address,
                                                          socket_options))
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> _DeadlineStream:
-        return _DeadlineStream(self._backend.connect_unix_socket(path, _bounded(timeout, "connect"), socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
 
 
 def _bounded(timeout: float | None, what: str) -> float | None:
