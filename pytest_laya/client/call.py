@@ -219,7 +219,7 @@ class DecisionCall:
             # httpx's message can quote what was sent (a header value): the key is scrubbed out.
             said = self.settings.scrub(str(cause))
             message += f" ({type(cause).__name__}: {said})" if said else f" ({type(cause).__name__})"
-        return self.error(LayaCallError(message, code=kind.value if kind else "connection_dropped"))  # type: ignore[return-value]
+        return self.error(LayaCallError(message, code=kind.value if kind else "connection_dropped"))
 
     def response_error(self, attempt: Attempt, attempts: int) -> LayaError:
         status = attempt.status or 0
