@@ -35,6 +35,7 @@ the unmutated code).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -229,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true",
                         help="print the scores of each target's last run and write its survivors, running nothing")
     parser.add_argument("--only", metavar="MODULE",
-                        help="with --survivors: re-run only the mutants of this module (e.g. pytest_laya.specs.spec)")
+                        help="run only the mutants of this module (e.g. pytest_laya.specs.spec); with --survivors,"
+                             " only its survivors")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="mutants tested at once (default 1; each runs its tests in its own process)")
     args = parser.parse_args(argv)
@@ -237,8 +239,6 @@ def main(argv: list[str] | None = None) -> int:
         for name, target in TARGETS.items():
             print(f"{name}: {' '.join(target.modules)}\n    tests: {' '.join(target.tests)}")
         return 0
-    if args.only and not args.survivors:
-        parser.error("--only needs --survivors (a fresh run mutates every module of the target)")
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
         parser.error(f"unknown target(s) {', '.join(unknown)}; --list shows the targets")
@@ -267,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: no survivors to re-run")
                 report(name, workdir, 0.0)
                 continue
+        elif args.only:
+            # A fresh run still mutates every module (mutmut's stats need them all); it tests one.
+            if not any(fnmatch.fnmatch(args.only.replace(".", "/") + ".py", glob) for glob in TARGETS[name].modules):
+                parser.error(f"--only {args.only}: not a module of {name}; its modules: {' '.join(TARGETS[name].modules)}")
+            mutants = [f"{args.only}.*"]
         workdir = prepare(name, TARGETS[name], keep=args.survivors)
         started = time.monotonic()
         code = run_quietly(workdir, mutants, args.jobs)
