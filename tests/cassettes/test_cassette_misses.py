@@ -112,6 +112,7 @@ def test_only_the_first_differences_are_listed_in_the_message(tmp_path):
     # true is not 1, nor 1.0 1: bodies differ as their JSON text does.
     ({"n": True}, {"n": 1}, 1, ["body at /n (recorded 1, now true)"]),
     ({"n": 1.0}, {"n": 1}, 1, ["body at /n (recorded 1, now 1.0)"]),
+    ({"n": "7"}, {"n": 7}, 1, ['body at /n (recorded 7, now "7")']),
     # Members in order of their names, at escaped pointers.
     ({"b/c": 1, "a~": 1}, {"b/c": 2, "a~": 2}, 2, ["body at /a~0 (recorded 2, now 1)", "body at /b~1c (recorded 2, now 1)"]),
 ])
@@ -146,6 +147,19 @@ def test_short_values_are_shown_whole_up_to_the_limit():
     # Two values of exactly the limit that differ late are still shown whole, not windowed.
     late_a, late_b = "x" * 37 + "a", "x" * 37 + "b"
     assert show_difference(late_a, late_b) == (f'"{late_a}"', f'"{late_b}"')
+
+
+def test_a_value_on_one_side_only_is_shown_whole_up_to_the_limit():
+    # Against an absent member there is no first difference to centre on: the start is shown.
+    def shown(value):
+        return body_differences(canonical_body(j({"v": value})), canonical_body(j({})))[1]
+
+    thirty_eight, thirty_nine = "x" * 38, "x" * 39  # 40 and 41 characters with the quotes
+    assert shown(thirty_eight) == [f'body at /v (recorded absent, now "{thirty_eight}")']
+    assert shown(thirty_nine) == [f'body at /v (recorded absent, now "{"x" * 37}…")']
+    forty, forty_one = [1] * 18 + [10], [1] * 20  # 40 and 41 characters as JSON
+    assert shown(forty) == [f"body at /v (recorded absent, now {json.dumps(forty, separators=(',', ':'))})"]
+    assert shown(forty_one) == ["body at /v (recorded absent, now [" + "1," * 19 + "…)"]
 
 
 def test_long_values_are_shown_around_where_they_first_differ():

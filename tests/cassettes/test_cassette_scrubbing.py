@@ -26,6 +26,7 @@ from pytest_laya.cassettes import (
     use_cassette,
 )
 from pytest_laya.cassettes.config import CassetteConfig
+from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.faults import Respond, ScriptedServer
 
 KEY = "sk-canary-scrub-5150"
@@ -177,6 +178,14 @@ def test_filtered_request_headers_are_dropped_replaced_or_computed_and_their_val
     assert stored_body(stored) == " ".join([REDACTED] * 3)
 
 
+def test_a_filter_on_authorization_drops_it_instead_of_storing_its_scheme(tmp_path):
+    # Unfiltered, Authorization is stored as "Bearer <redacted>"; a project that filters it gets none.
+    [stored] = record(tmp_path, answer(), post(headers={"Authorization": f"Bearer {KEY}"}), filter_headers=["authorization"])
+    assert "authorization" not in stored["request"]["headers"]
+    [unfiltered] = record(tmp_path, answer(), post(headers={"Authorization": f"Bearer {KEY}"}))
+    assert unfiltered["request"]["headers"]["authorization"] == [f"Bearer {REDACTED}"]
+
+
 def test_filtered_response_headers_are_dropped_replaced_or_computed_and_their_values_scrubbed(tmp_path):
     seen = []
 
@@ -226,9 +235,10 @@ def test_filtered_form_fields_are_dropped_replaced_or_computed(tmp_path):
         seen.append((key, value, request.method))
         return "<computed>"
 
-    form = "keep=1&password=pass-value-1&tenant=tenant+value&session=session-value-3"
+    # A value may hold an unencoded `=`: the name ends at the first one.
+    form = "keep=1&password=pass=value-1&tenant=tenant+value&session=session-value-3"
     request = httpx.Request("POST", URL, content=form.encode(), headers={"content-type": "application/x-www-form-urlencoded"})
-    echo = answer("pass-value-1 session-value-3", headers=[("content-type", "text/plain")])
+    echo = answer("pass=value-1 session-value-3", headers=[("content-type", "text/plain")])
     [stored] = record(tmp_path, echo, request, api_key=None,
                       filter_post_data_parameters=["password", ("tenant", "<t>"), ("session", computed)])
     assert stored_body(stored, "request") == "keep=1&tenant=%3Ct%3E&session=%3Ccomputed%3E"
@@ -270,6 +280,12 @@ def test_filtered_json_members_are_dropped_or_replaced(tmp_path, filters, expect
         else:
             parent[last] = value
     assert document == want
+
+
+def test_a_json_body_with_a_filtered_member_is_stored_compact_with_its_text_as_written(tmp_path):
+    body = json.dumps({"password": "pass-value-1", "note": "café ☕"}, indent=2, ensure_ascii=False)
+    [stored] = record(tmp_path, answer(), post(body), api_key=None, filter_post_data_parameters=["password"])
+    assert stored_body(stored, "request") == '{"note":"café ☕"}'
 
 
 @pytest.mark.parametrize("pointer", ["/absent", "/meta/absent/x", "/items/1/secret", "/items/x/secret",
@@ -365,3 +381,54 @@ def test_replay_echoes_the_new_request_id_and_trace_id(tmp_path, sent):
         assert response.headers["x-request-id"] == "mine-123456"
     else:  # the caller's trace, the recorded span
         assert response.headers["traceparent"] == f"00-11111111111111111111111111111111-{RECORDED_TRACEPARENT.split('-')[2]}-01"
+
+
+# --------------------------------------------------------------------------- a request as a message shows it
+
+def scrubber(**config) -> Scrubber:
+    return Scrubber(KEY, learn=True, config=CassetteConfig.from_mapping(config or None))
+
+
+def escaped(text: str) -> str:
+    """Every character percent-encoded: a spelling no scrubber form is, found only by decoding."""
+    return "".join(f"%{byte:02X}" for byte in text.encode())
+
+
+def test_a_shown_target_is_the_path_and_query_as_sent_when_nothing_hides_in_them():
+    shown = scrubber(filter_query_parameters=["tenant_key"]).shown_target
+    assert shown("http://laya.test/v1/systemone") == "/v1/systemone"
+    assert shown("http://laya.test") == "/"
+    assert shown("http://laya.test/v1/team%7Ebilling?x=%7E&y=a%3Db=c&flag") == "/v1/team%7Ebilling?x=%7E&y=a%3Db=c&flag"
+
+
+def test_a_shown_target_hides_the_filtered_parameters_and_the_secrets_of_the_requests_headers():
+    token, credential, tenant = "tenant-token-9a0c6f37", "cred-4b1f9e22aa", "tk-0a9b8c7d6e"
+    shown = scrubber(filter_query_parameters=["tenant_key"], filter_headers=["x-tenant-token"]).shown_target(
+        f"http://laya.test/v1/{token}/{credential}/{tenant}?tenant%5Fkey={tenant}&q={token}&n=1",
+        {"X-Tenant-Token": [token], "Authorization": f"Bearer {credential}", "User-Agent": "svc/1.0"})
+    assert shown == f"/v1/{REDACTED}/{REDACTED}/{REDACTED}?tenant%5Fkey={REDACTED}&q={REDACTED}&n=1"
+
+
+@pytest.mark.parametrize("headers", [{"authorization": "cred-bare-7c2d4e"}, {"AUTHORIZATION": ["cred-bare-7c2d4e"]}],
+                         ids=["a plain value", "a list of values"])
+def test_a_shown_target_hides_an_authorization_header_without_a_scheme(headers):
+    # Some gateways take the key bare; any header name case, any value shape (vcrpy's lists, dicts' strings).
+    assert scrubber().shown_target("http://laya.test/v1/cred-bare-7c2d4e/x", headers) == f"/v1/{REDACTED}/x"
+
+
+def test_a_shown_target_decodes_what_hides_a_secret_behind_escapes():
+    shown = scrubber().shown_target(f"http://laya.test/v1/{escaped(KEY)}/systemone?note=a%20b&k={escaped(KEY)}")
+    assert shown == f"/v1/{REDACTED}/systemone?note=a b&k={REDACTED}"
+
+
+def test_a_filters_own_replacement_is_never_learnt_as_a_secret():
+    # An interaction is scrubbed more than once (recorded, loaded, matched): a later pass reads the
+    # replacement where the secret was, and must leave it as the project wrote it.
+    s = scrubber(filter_query_parameters=[("tenant_key", "TENANT-PLACEHOLDER")],
+                 filter_headers=[("x-token", "TOKEN-PLACEHOLDER"), ("x-dropped", None)],
+                 filter_post_data_parameters=[("password", "PASSWORD-PLACEHOLDER")])
+    placed = "/TENANT-PLACEHOLDER/TOKEN-PLACEHOLDER/PASSWORD-PLACEHOLDER"
+    assert s.shown_target(f"http://laya.test{placed}?tenant_key=TENANT-PLACEHOLDER",
+                          {"x-token": "TOKEN-PLACEHOLDER"}) == f"{placed}?tenant_key={REDACTED}"
+    s.keep_secret("PASSWORD-PLACEHOLDER")
+    assert s.text(placed) == placed

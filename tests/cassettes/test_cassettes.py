@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import os
 import socket
@@ -593,6 +594,27 @@ def _yaml(path: Path):
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+def test_a_body_sent_as_text_a_file_or_chunks_matches_the_same_bytes(tmp_path):
+    # vcrpy hands matching the body as the client sent it: text, bytes, a file (which vcrpy keeps as
+    # a BytesIO) or an iterator of chunks (a generator upload, chunks of text or bytes); a
+    # before_record_request hook may leave an open file.
+    from vcr.request import Request
+
+    from pytest_laya.cassettes.matching import match_key
+
+    raw = '{"b": 1, "a": "é"}'
+    (tmp_path / "body.json").write_text(raw, encoding="utf-8")
+    url = "http://laya.invalid/v1/systemone"
+    requests = [Request("POST", url, body, {}) for body in (raw, raw.encode(), bytearray(raw.encode()),
+                                                           io.BytesIO(raw.encode()), iter([raw[:6], raw[6:].encode()]))]
+    with open(tmp_path / "body.json", "rb") as opened:
+        hooked = Request("POST", url, None, {})
+        hooked.body = opened  # vcrpy's setter keeps anything but text as it is
+        requests.append(hooked)
+        keys = {match_key(request) for request in requests}
+    assert keys == {("POST", "/v1/systemone", (), '{"a":"é","b":1}'.encode())}
 
 
 def test_the_replay_lookup_matches_exactly_what_vcrpys_matchers_match():
