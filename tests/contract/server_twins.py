@@ -184,6 +184,15 @@ def _health_unavailable(fakes: Fakes, request: ReceivedRequest) -> Respond:
     return _normal(fakes, request)
 
 
+def _health_crashes(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # The full health document (with the key) is an HTML 500, which no spec allows; liveness and
+    # decisions work. Behind laya-serve the answers carry no identity, so the client reads /health
+    # during the decision checks too: they must leave its violations to the health checks.
+    if request.path == "/health" and request.header("authorization"):
+        return Respond(500, "<html>Internal Server Error</html>", content_type="text/html")
+    return _normal(fakes, request)
+
+
 def _answers_grouped_by_type(fakes: Fakes, request: ReceivedRequest) -> Respond:
     # Yes/no answers first, then scores, then choices: one head per type, joined in its own order.
     response = _normal(fakes, request)
@@ -411,6 +420,9 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "a serving server's /health must say ready: true and name at least one model, got ready True, "
                      "models []"),
         BrokenServer("health-unavailable", _health_unavailable, "GET /health: expected HTTP 200, got HTTP 502",
+                     also_fails=("test_health_answers_status_ok",)),
+        BrokenServer("health-crashes-while-decisions-read-it", _health_crashes,
+                     "GET /health: expected HTTP 200, got HTTP 500", spec="current", flavor="laya-serve-0.4.15",
                      also_fails=("test_health_answers_status_ok",)),
     ),
     "test_health_without_a_token_shows_liveness_only": (
