@@ -261,3 +261,7 @@ def test_every_exchange_is_observed_with_its_elapsed_time():
         total = time.monotonic() - started
     decision = next(x for x in observed if x.path == "/v1/systemone")
     assert 0.2 <= decision.elapsed_s <= total and decision.status == 200 and decision.method == "POST"
+    # What was sent comes with what came back: an observer (the spec check, a recorder) sees both.
+    sent = json.loads(decision.request_body)
+    assert (sent["state"], sent["questions"]) == (noul.request["state"], noul.request["questions"])
+    assert [x.request_body for x in observed if x.path == "/health"] == [None]
