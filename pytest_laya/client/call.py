@@ -205,9 +205,7 @@ class DecisionCall:
         tried = f" after {attempts} attempts" if attempts > 1 else ""
         url = self.settings.shown_url
         if kind is TransportFailure.UNTRUSTED:
-            said = self.settings.scrub(str(attempt.cause))
-            return self.error(LayaConfigError(f"the TLS certificate of {url} is not trusted ({said}): set SSL_CERT_FILE"
-                                              " (or SSL_CERT_DIR) to the CA bundle that signed it", code=kind.value))
+            return self.error(untrusted_certificate(url, self.settings.scrub(str(attempt.cause))))
         if kind is TransportFailure.TIMED_OUT:
             message = f"no complete answer from {url} within the {self.settings.timeout_s:g}s deadline{tried}"
         elif kind is TransportFailure.REFUSED:
@@ -352,6 +350,12 @@ def routed_names(body: Mapping[str, Any], model: str | None) -> tuple[str | None
     routed = routing.get("model") if isinstance(routing.get("model"), str) else model
     repo = routing.get("repo") if isinstance(routing.get("repo"), str) else None
     return routed, repo
+
+
+def untrusted_certificate(url: str, said: str) -> LayaConfigError:
+    """A TLS handshake that refused the server's certificate: retrying cannot help, the CA bundle can."""
+    return LayaConfigError(f"the TLS certificate of {url} is not trusted ({said}): set SSL_CERT_FILE (or SSL_CERT_DIR)"
+                           " to the CA bundle that signed it", code=TransportFailure.UNTRUSTED.value, url=url)
 
 
 def classify_failure(exc: httpx.TransportError) -> TransportFailure:

@@ -185,6 +185,8 @@ def _check_url(run: LayaRun) -> None:
         with ServedLayaClient(run.url, api_key=run.api_key, timeout_s=5.0) as client:
             client.health()
     except LayaError as exc:
+        if exc.code == "untrusted_certificate":  # it is there, but the client will not talk to it
+            raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
         if exc.status is None:
             raise pytest.UsageError(f"--laya-url {redact_url(run.url)} cannot be reached ({exc.code}): start the "
                                     f"server or fix the URL") from None

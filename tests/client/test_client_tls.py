@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_laya import LayaCallError, LayaConfigError
+from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient
 from tests.client.test_client_faults import ANSWER, DEADLINE_S, SLACK_S, decide
+from tests.helpers.pytester_runs import run
 
 TLS = Path(__file__).parents[1] / "data" / "tls"
 
@@ -140,3 +141,24 @@ def test_a_tls_handshake_that_never_answers_ends_at_the_deadline(kind, silent_li
     error, elapsed = decide(kind, silent_listener)
     assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded", error
     assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + SLACK_S
+
+
+def test_an_explicit_health_read_of_an_untrusted_server_says_what_to_do(https_server, monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with ServedLayaClient(url_of(https_server), timeout_s=DEADLINE_S) as client, pytest.raises(LayaConfigError) as caught:
+        client.health()
+    assert caught.value.code == "untrusted_certificate" and "SSL_CERT_FILE" in str(caught.value)
+
+
+def test_a_run_against_an_untrusted_server_stops_at_once_saying_what_to_do(pytester, https_server, monkeypatch):
+    # The plugin's start-up read of /health: the server is there, the client will not talk to it.
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    pytester.makepyfile(test_it="def test_it(laya_client):\n    pass\n")
+    result = run(pytester, "--laya-mode=live", f"--laya-url={url_of(https_server)}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--laya-url: the TLS certificate of https://127.0.0.1:* is not trusted (*): set "
+                                 "SSL_CERT_FILE (or SSL_CERT_DIR) to the CA bundle that signed it*"])
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
+    run(pytester, "--laya-mode=live", f"--laya-url={url_of(https_server)}").assert_outcomes(passed=1)
