@@ -288,6 +288,13 @@ def test_a_json_body_with_a_filtered_member_is_stored_compact_with_its_text_as_w
     assert stored_body(stored, "request") == '{"note":"café ☕"}'
 
 
+def test_a_json_body_sent_without_a_content_type_is_filtered_too(tmp_path):
+    request = httpx.Request("POST", URL, content=json.dumps({"password": "pass-value-1", "a": 1}).encode())
+    assert "content-type" not in request.headers
+    [stored] = record(tmp_path, answer(), request, api_key=None, filter_post_data_parameters=["password"])
+    assert json.loads(stored_body(stored, "request")) == {"a": 1}
+
+
 @pytest.mark.parametrize("pointer", ["/absent", "/meta/absent/x", "/items/1/secret", "/items/x/secret",
                                      "/state/a", "/token/x", "missing"])
 def test_a_filter_that_matches_nothing_leaves_the_body_as_it_was(tmp_path, pointer):
