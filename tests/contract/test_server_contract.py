@@ -296,6 +296,26 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
     ])
 
 
+def test_the_summary_says_which_spec_the_server_is_held_to_and_why(pytester):
+    fake = FakeLayaServer()  # the target flavour claims target in its Laya-Spec header and its /health
+
+    def claim_in_health_only(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        headers = {k: v for k, v in (response.headers or {}).items() if k.lower() != "laya-spec"}
+        return Respond(response.status, response.body, headers=headers, content_type=response.content_type)
+
+    with ScriptedServer(default=fake.normal_response) as claiming, \
+            ScriptedServer(default=claim_in_health_only) as health_only:
+        chosen = run(pytester, "--laya-mode=live", f"--laya-url={claiming.url}", "--laya-spec=current")
+        claimed = run(pytester, "--laya-mode=live", f"--laya-url={claiming.url}")
+        from_health = run(pytester, "--laya-mode=live", f"--laya-url={health_only.url}")
+    chosen.stdout.fnmatch_lines([f"  live {claiming.url} held to the current spec (chosen with --laya-spec); limits: *"])
+    claimed.stdout.fnmatch_lines([f"  live {claiming.url} held to the target spec (its Laya-Spec header says target); *"])
+    from_health.stdout.fnmatch_lines([f'  live {health_only.url} held to the target spec (its /health says "spec": "target"); *'])
+    # A target server held to the current spec breaks no target rule: no rule gap is listed.
+    assert "target-spec rules these responses broke" not in chosen.stdout.str()
+
+
 def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
     # A target server in every way but one: it answers with its own request id, not the caller's.
     [twin] = SERVER_TWINS["test_the_request_id_is_echoed"]

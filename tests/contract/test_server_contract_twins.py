@@ -44,14 +44,17 @@ def test_every_check_of_the_server_contract_has_a_broken_twin_or_only_measures()
 def test_the_suite_fails_each_broken_server_on_exactly_the_check_for_its_defect(pytester, check: str, twin: BrokenServer):
     with ScriptedServer(default=answering(twin)) as broken:
         result = run_suite(pytester, broken.url, twin.spec)
-    reports = {report.nodeid.split("::")[-1]: report.longrepr
-               for report in result.reprec.getreports("pytest_runtest_logreport") if report.failed}
+    failed = [report for report in result.reprec.getreports("pytest_runtest_logreport") if report.failed]
+    reports = {report.nodeid.split("::")[-1]: report.longrepr for report in failed}
     # The exception's own text: where the words stand in it matters, not the check's source.
     failures = {name: longrepr.reprcrash.message for name, longrepr in reports.items()}
     assert sorted(failures) == sorted({check, *twin.also_fails}), f"{twin.defect}: {failures}"
+    # Each fails in the check itself, not in a fixture's teardown afterwards (an error, not a failure).
+    assert all(report.when == "call" for report in failed), [(r.nodeid, r.when) for r in failed]
     # The check's own failure (pytest.fail without a traceback), not a crash inside the check,
-    # whose traceback would show the check's source, words included.
+    # whose traceback would show the check's source, words included; no kit source at all.
     assert reports[check].reprcrash.message.startswith("Failed: "), failures[check]
+    assert "pytest_laya/suites/" not in str(reports[check]), str(reports[check])
     assert twin.words in failures[check], failures[check]
     assert KEY not in result.stdout.str()
 
