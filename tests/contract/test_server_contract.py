@@ -23,7 +23,7 @@ try:  # numpy refuses a second import in one process; an inner run must not impo
 except ImportError:  # pragma: no cover - without the reference extra
     pass
 
-from pytest_laya import Spec
+from pytest_laya import LayaCallError, Spec
 from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import Delay, ReceivedRequest, Respond, ScriptedServer
@@ -497,6 +497,20 @@ def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_th
             server.close()
     assert str(failed.value).startswith(f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout")
     assert key not in str(failed.value)
+
+
+def test_a_decision_is_bounded_by_the_runs_wait_not_the_clients_default():
+    # The served client's own default is 5 s; the suite waits what it was given (60 s unless told):
+    # here 0.3 s, against a server answering in 1 s.
+    with ScriptedServer(default=Delay(1.0, Respond(200, {}))) as slow:
+        server = ServerUnderTest(url=slow.url, spec_name="target", api_key=None, timeout_s=0.3)
+        server.hold_to("target", lambda exchange: None)
+        try:
+            with pytest.raises(LayaCallError) as failed:
+                server.decide("state", {"q": {"type": "noul", "instructions": "Is it?"}})
+        finally:
+            server.close()
+    assert failed.value.code == "deadline_exceeded" and "0.3s deadline" in str(failed.value)
 
 
 def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_with_where_they_were_seen():
