@@ -538,6 +538,18 @@ def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_wit
     ]
 
 
+def test_a_rule_gap_line_longer_than_the_summary_width_is_cut_to_it():
+    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="current", api_key=None)
+    seen = {"POST /v1/systemone": {422: None}}
+    server.rule_gaps = {("/body/a", "x" * 177): seen, ("/body/b", "y" * 178): seen}  # 220 and 221 characters
+    try:
+        whole, cut = server.rule_gap_lines()
+    finally:
+        server.close()
+    assert whole == f"/body/a: expected {'x' * 177} [POST /v1/systemone 422]" and len(whole) == 220
+    assert cut == f"/body/b: expected {'y' * 178} [POST /v1/systemone 422]"[:217] + "..." and len(cut) == 220
+
+
 @pytest.mark.parametrize("where, general", [
     ("/body/answers/q1/probabilities/x", "/body/answers/<question>/probabilities/x"),
     ("/body/results/0/answers/ticket-7/key", "/body/results/<i>/answers/<question>/key"),
