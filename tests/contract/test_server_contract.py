@@ -368,6 +368,7 @@ def test_a_run_that_cannot_check_anything_stops_with_one_line(pytester, args, wo
 def test_limits_come_from_the_option_then_health_then_the_spec():
     limits = resolve_limits("current", {"limits": {"max_questions": 16, "max_state_chars": True}}, {"max_body_bytes": 1024})
     assert (limits.max_questions, limits.max_state_chars, limits.max_body_bytes) == (16, 50_000, 1024)
+    assert resolve_limits("current", {"limits": {"max_questions": 1}}, {}).max_questions == 1  # the least usable
     assert limits.sources == {"max_questions": "/health", "max_state_chars": "the current spec's defaults",
                               "max_body_bytes": "--laya-limit"}
     assert parse_limit_options(["max_questions=3", "max_body_bytes=10"]) == {"max_questions": 3, "max_body_bytes": 10}
@@ -495,8 +496,26 @@ def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_th
                 server.send("GET", "/health")
         finally:
             server.close()
-    assert str(failed.value).startswith(f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout")
+    assert str(failed.value) == f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout: timed out)"
     assert key not in str(failed.value)
+
+
+def test_the_suites_requests_say_what_sent_them_and_what_they_accept():
+    # A server's operator can tell the suite's traffic apart (User-Agent) and every answer is JSON.
+    with ScriptedServer(default=Respond(200, {"status": "ok"})) as server:
+        suite = ServerUnderTest(url=server.url, spec_name="target", api_key="sk-agent-test-1234")
+        suite.hold_to("target", lambda exchange: None)
+        try:
+            suite.send("GET", "/health", observe=False)
+            suite.post({"state": "s", "questions": {}}, observe=False)
+        finally:
+            suite.close()
+    health, post = server.requests
+    for request in (health, post):
+        assert request.header("user-agent") == "pytest-laya-server-contract"
+        assert request.header("accept") == "application/json, application/problem+json"
+        assert request.header("authorization") == "Bearer sk-agent-test-1234"
+    assert post.header("content-type") == "application/json" and post.json() == {"state": "s", "questions": {}}
 
 
 def test_a_decision_is_bounded_by_the_runs_wait_not_the_clients_default():
@@ -528,6 +547,9 @@ def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_wit
         seen("/v1/systemone", 413, {"detail": "too many questions"})
         seen("/v1/systemone/batch", 422, {"detail": "bad question"})
         lines = server.rule_gap_lines()
+        # A body the current spec takes and the target does not (no served_by): its rule is listed too.
+        seen("/v1/systemone", 200, {"answers": {"q": {"type": "noul", "noul": 0.5}}})
+        with_body = server.rule_gap_lines()
     finally:
         server.close()
     assert lines == [
@@ -536,6 +558,7 @@ def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_wit
         "/headers/x-request-id: expected header X-Request-Id (required) "
         "[POST /v1/systemone 413, 422; POST /v1/systemone/batch 422]",
     ]
+    assert "/body/served_by: expected a required property [POST /v1/systemone 200]" in with_body
 
 
 def test_a_rule_gap_line_longer_than_the_summary_width_is_cut_to_it():
