@@ -382,12 +382,14 @@ def test_limits_come_from_the_option_then_health_then_the_spec():
     ("questions=3", "--laya-limit 'questions=3': use NAME=N with NAME one of"),
     ("max_questions=2.5", "--laya-limit 'max_questions=2.5': N must be a whole number"),
     ("max_questions=0", "--laya-limit 'max_questions=0': N must be at least 1"),
+    ("max_questions=3=4", "--laya-limit 'max_questions=3=4': N must be a whole number"),
 ])
 def test_a_limit_option_that_cannot_be_read_says_what_to_write(value, words):
     with pytest.raises(ValueError) as raised:
         parse_limit_options(["max_state_chars=9", value])
     assert str(raised.value).startswith(words)
     assert parse_limit_options([" max_state_chars =9"]) == {"max_state_chars": 9}
+    assert parse_limit_options(["max_questions=1"]) == {"max_questions": 1}  # the least there is
 
 
 @pytest.mark.parametrize("health", [
@@ -497,6 +499,7 @@ def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_th
         finally:
             server.close()
     assert str(failed.value) == f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout: timed out)"
+    assert not failed.value.pytrace  # shown as its message alone, with no traceback into the kit
     assert key not in str(failed.value)
 
 
@@ -510,12 +513,25 @@ def test_the_suites_requests_say_what_sent_them_and_what_they_accept():
             suite.post({"state": "s", "questions": {}}, observe=False)
         finally:
             suite.close()
+        redacted = suite.redact("answered: Bearer sk-agent-test-1234")
     health, post = server.requests
+    assert redacted == "answered: Bearer ***"
     for request in (health, post):
         assert request.header("user-agent") == "pytest-laya-server-contract"
         assert request.header("accept") == "application/json, application/problem+json"
         assert request.header("authorization") == "Bearer sk-agent-test-1234"
     assert post.header("content-type") == "application/json" and post.json() == {"state": "s", "questions": {}}
+
+
+def test_the_suite_never_follows_a_redirect():
+    # A redirect is the server's answer to judge, and following it would carry the key elsewhere.
+    with ScriptedServer(default=Respond(307, b"", headers={"Location": "/elsewhere"})) as server:
+        suite = ServerUnderTest(url=server.url, spec_name="target", api_key=None)
+        try:
+            answered = suite.send("GET", "/health", observe=False)
+        finally:
+            suite.close()
+    assert answered.status == 307 and [r.path for r in server.requests] == ["/health"]
 
 
 def test_a_decision_is_bounded_by_the_runs_wait_not_the_clients_default():
