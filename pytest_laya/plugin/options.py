@@ -171,6 +171,7 @@ def _verify_tolerance(config: pytest.Config) -> float:
 
 def _check_url(run: LayaRun) -> None:
     from pytest_laya.client import ServedLayaClient
+    from pytest_laya.client.policy import TransportFailure
     from pytest_laya.client.settings import ClientSettings, redact_url
     from pytest_laya.wire.errors import LayaError
 
@@ -185,7 +186,7 @@ def _check_url(run: LayaRun) -> None:
         with ServedLayaClient(run.url, api_key=run.api_key, timeout_s=5.0) as client:
             client.health()
     except LayaError as exc:
-        if exc.code == "untrusted_certificate":  # it is there, but the client will not talk to it
+        if exc.code == TransportFailure.UNTRUSTED.value:  # it is there, but the client will not talk to it
             raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
         if exc.status is None:
             raise pytest.UsageError(f"--laya-url {redact_url(run.url)} cannot be reached ({exc.code}): start the "
