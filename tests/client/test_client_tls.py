@@ -97,6 +97,13 @@ def silent_listener() -> Iterator[str]:
         listener.close()
 
 
+@pytest.fixture
+def only_certifi(monkeypatch) -> None:
+    """Neither SSL_CERT_FILE nor SSL_CERT_DIR set: the client trusts certifi's bundle alone."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+
+
 def url_of(server: _HttpsServer) -> str:
     return f"https://127.0.0.1:{server.server_address[1]}"
 
@@ -113,9 +120,7 @@ def test_a_decision_over_https_when_the_servers_ca_is_trusted(kind, https_server
     assert decision.answers["refund"].p == 0.9 and https_server.paths == ["/v1/systemone"]
 
 
-def test_an_untrusted_certificate_is_a_config_error_that_says_what_to_do(kind, https_server, monkeypatch):
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+def test_an_untrusted_certificate_is_a_config_error_that_says_what_to_do(kind, https_server, only_certifi):
     error, _ = decide(kind, url_of(https_server))
     # Retrying cannot make the certificate trusted: one attempt, and the way to trust it.
     assert isinstance(error, LayaConfigError), error
@@ -124,12 +129,10 @@ def test_an_untrusted_certificate_is_a_config_error_that_says_what_to_do(kind, h
     assert https_server.connections == 1 and https_server.paths == []
 
 
-def test_trust_follows_ssl_cert_file_as_it_is_when_a_client_is_built(kind, https_server, monkeypatch):
+def test_trust_follows_ssl_cert_file_as_it_is_when_a_client_is_built(kind, https_server, only_certifi, monkeypatch):
     # The CA bundle is read once per setting, not once per process: a test that sets
     # SSL_CERT_FILE (or clears it) changes what the next client trusts.
     url = url_of(https_server)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     assert isinstance(decide(kind, url)[0], LayaConfigError)
     monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
     assert not isinstance(decide(kind, url)[0], Exception)
@@ -143,18 +146,15 @@ def test_a_tls_handshake_that_never_answers_ends_at_the_deadline(kind, silent_li
     assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + SLACK_S
 
 
-def test_an_explicit_health_read_of_an_untrusted_server_says_what_to_do(https_server, monkeypatch):
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+def test_an_explicit_health_read_of_an_untrusted_server_says_what_to_do(https_server, only_certifi):
     with ServedLayaClient(url_of(https_server), timeout_s=DEADLINE_S) as client, pytest.raises(LayaConfigError) as caught:
         client.health()
     assert caught.value.code == "untrusted_certificate" and "SSL_CERT_FILE" in str(caught.value)
 
 
-def test_a_run_against_an_untrusted_server_stops_at_once_saying_what_to_do(pytester, https_server, monkeypatch):
+def test_a_run_against_an_untrusted_server_stops_at_once_saying_what_to_do(pytester, https_server, only_certifi,
+                                                                           monkeypatch):
     # The plugin's start-up read of /health: the server is there, the client will not talk to it.
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     pytester.makepyfile(test_it="def test_it(laya_client):\n    pass\n")
     result = run(pytester, "--laya-mode=live", f"--laya-url={url_of(https_server)}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
