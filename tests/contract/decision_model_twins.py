@@ -20,7 +20,7 @@ from typing import Any
 from pytest_laya.fake import FakeLaya
 from pytest_laya.wire.decision import Choice, Decision, Noul, Provenance, Score, Usage, parse_answers, parse_usage
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError
-from pytest_laya.wire.questions import AskedQuestion, normalize_questions
+from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, normalize_questions
 
 __all__ = ["DECISION_MODEL_TWINS", "BrokenModel", "ChoiceOnlyModel", "FakeLayaModel", "LaxModel", "twin_named"]
 
@@ -248,13 +248,17 @@ class AnswersTypesItDoesNotDeclare(FakeLayaModel):
         pass
 
 
+def _of_unknown_type(questions: Any) -> dict[str, Any]:
+    """The questions whose type is a string that is none of Laya's (one without a type is not here)."""
+    return {qid: q for qid, q in questions.items() if isinstance(q.get("type"), str) and q["type"] not in QUESTION_TYPES}
+
+
 class AnswersUnknownTypesAsNoul(FakeLayaModel):
     """Answers a question of a type it has never heard of as a yes/no question (one without a
     type is still refused)."""
 
     def decide(self, state: Any, questions: Any) -> Decision:
-        unknown = {qid: {**q, "type": "noul"} for qid, q in questions.items()
-                   if isinstance(q.get("type"), str) and q["type"] not in ("choice", "score", "noul")}
+        unknown = {qid: {**q, "type": "noul"} for qid, q in _of_unknown_type(questions).items()}
         return super().decide(state, {**questions, **unknown})
 
 
@@ -262,9 +266,8 @@ class UnknownTypeRaisesValueError(FakeLayaModel):
     """Refuses a question of an unknown type with a bare ValueError instead of LayaConfigError."""
 
     def decide(self, state: Any, questions: Any) -> Decision:
-        for q in questions.values():
-            if isinstance(q.get("type"), str) and q["type"] not in ("choice", "score", "noul"):
-                raise ValueError(f"no such question type: {q['type']!r}")
+        for q in _of_unknown_type(questions).values():
+            raise ValueError(f"no such question type: {q['type']!r}")
         return super().decide(state, questions)
 
 
