@@ -176,21 +176,21 @@ def _health_needs_a_token(fakes: Fakes, request: ReceivedRequest) -> Respond:
     return _normal(fakes, request)
 
 
-def _health_unavailable(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    # A proxy whose health backend is down: the full health document (with the key) is a 502;
-    # liveness and decisions work.
-    if request.path == "/health" and request.header("authorization"):
-        return Respond(502, "backend unavailable\n")
-    return _normal(fakes, request)
+def _full_health_answered(response: Respond) -> Fault:
+    """A fault answering the full health document (asked with the key) with `response`; liveness
+    and decisions work."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        if request.path == "/health" and request.header("authorization"):
+            return response
+        return _normal(fakes, request)
+    return fault
 
 
-def _health_crashes(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    # The full health document (with the key) is an HTML 500, which no spec allows; liveness and
-    # decisions work. Behind laya-serve the answers carry no identity, so the client reads /health
-    # during the decision checks too: they must leave its violations to the health checks.
-    if request.path == "/health" and request.header("authorization"):
-        return Respond(500, "<html>Internal Server Error</html>", content_type="text/html")
-    return _normal(fakes, request)
+# A proxy whose health backend is down.
+_health_unavailable = _full_health_answered(Respond(502, "backend unavailable\n"))
+# An HTML 500, which no spec allows. Behind laya-serve the answers carry no identity, so the client
+# reads /health during the decision checks too: they must leave its violations to the health checks.
+_health_crashes = _full_health_answered(Respond(500, "<html>Internal Server Error</html>", content_type="text/html"))
 
 
 def _answers_grouped_by_type(fakes: Fakes, request: ReceivedRequest) -> Respond:
