@@ -8,10 +8,13 @@ fail it, each on the check that names what is broken: a contract that cannot fai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib.metadata import version
+from typing import Any
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
@@ -469,35 +472,39 @@ def test_answers_are_described_by_their_decision_and_probabilities():
     assert describe(Noul(p=0.25, confidence=0.5)) == "p 0.25"
 
 
+@contextlib.contextmanager
+def held(url: str = "http://127.0.0.1:9", *, spec: str = "target", api_key: str | None = None,
+         **options: Any) -> Iterator[ServerUnderTest]:
+    """A ServerUnderTest of `url` held to `spec` with no observer, closed afterwards."""
+    server = ServerUnderTest(url=url, spec_name=spec, api_key=api_key, **options)
+    server.hold_to(spec, lambda exchange: None)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def test_a_response_is_described_by_its_status_media_type_and_the_start_of_its_body():
     # The words every failed check ends with: "expected HTTP 400 ..., got <this>".
-    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="target", api_key="sk-described-31f0")
-    server.keep_secret("sk-described-31f0")
+    with held(api_key="sk-described-31f0") as server:
+        server.keep_secret("sk-described-31f0")
 
-    def answered(headers, body):
-        return server.describe(Exchange(method="POST", url="http://127.0.0.1:9/v1/systemone", path="/v1/systemone",
-                                        status=404, headers=headers, body=body, request_body=None, elapsed_s=0.0))
+        def answered(headers, body):
+            return server.describe(Exchange(method="POST", url="http://127.0.0.1:9/v1/systemone", path="/v1/systemone",
+                                            status=404, headers=headers, body=body, request_body=None, elapsed_s=0.0))
 
-    try:
         assert answered({}, b"caf\xe9") == "HTTP 404 no Content-Type: caf\ufffd"
         assert answered({"content-type": "text/plain"}, b"x" * 300) == "HTTP 404 text/plain: " + "x" * 300
         assert answered({"content-type": "text/plain"}, b"x" * 301) == "HTTP 404 text/plain: " + "x" * 300 + "..."
         assert answered({}, b"") == "HTTP 404 no Content-Type: "
         assert answered({}, b'{"detail": "Bearer sk-described-31f0"}') == 'HTTP 404 no Content-Type: {"detail": "Bearer ***"}'
-    finally:
-        server.close()
 
 
 def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_the_wait():
     key = "sk-silent-77aa"
-    with ScriptedServer(default=Delay(5.0, Respond(200, {}))) as silent:
-        server = ServerUnderTest(url=silent.url, spec_name="target", api_key=key, timeout_s=0.3)
-        server.hold_to("target", lambda exchange: None)
-        try:
-            with pytest.raises(pytest.fail.Exception) as failed:
-                server.send("GET", "/health")
-        finally:
-            server.close()
+    with ScriptedServer(default=Delay(5.0, Respond(200, {}))) as silent, \
+            held(silent.url, api_key=key, timeout_s=0.3) as server, pytest.raises(pytest.fail.Exception) as failed:
+        server.send("GET", "/health")
     assert str(failed.value) == f"GET /health: no response from {silent.url} within 0.3 s (ReadTimeout: timed out)"
     assert not failed.value.pytrace  # shown as its message alone, with no traceback into the kit
     assert key not in str(failed.value)
@@ -505,14 +512,10 @@ def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_th
 
 def test_the_suites_requests_say_what_sent_them_and_what_they_accept():
     # A server's operator can tell the suite's traffic apart (User-Agent) and every answer is JSON.
-    with ScriptedServer(default=Respond(200, {"status": "ok"})) as server:
-        suite = ServerUnderTest(url=server.url, spec_name="target", api_key="sk-agent-test-1234")
-        suite.hold_to("target", lambda exchange: None)
-        try:
-            suite.send("GET", "/health", observe=False)
-            suite.post({"state": "s", "questions": {}}, observe=False)
-        finally:
-            suite.close()
+    with ScriptedServer(default=Respond(200, {"status": "ok"})) as server, \
+            held(server.url, api_key="sk-agent-test-1234") as suite:
+        suite.send("GET", "/health", observe=False)
+        suite.post({"state": "s", "questions": {}}, observe=False)
         redacted = suite.redact("answered: Bearer sk-agent-test-1234")
     health, post = server.requests
     assert redacted == "answered: Bearer ***"
@@ -525,39 +528,28 @@ def test_the_suites_requests_say_what_sent_them_and_what_they_accept():
 
 def test_the_suite_never_follows_a_redirect():
     # A redirect is the server's answer to judge, and following it would carry the key elsewhere.
-    with ScriptedServer(default=Respond(307, b"", headers={"Location": "/elsewhere"})) as server:
-        suite = ServerUnderTest(url=server.url, spec_name="target", api_key=None)
-        try:
-            answered = suite.send("GET", "/health", observe=False)
-        finally:
-            suite.close()
+    with ScriptedServer(default=Respond(307, b"", headers={"Location": "/elsewhere"})) as server, \
+            held(server.url) as suite:
+        answered = suite.send("GET", "/health", observe=False)
     assert answered.status == 307 and [r.path for r in server.requests] == ["/health"]
 
 
 def test_a_decision_is_bounded_by_the_runs_wait_not_the_clients_default():
     # The served client's own default is 5 s; the suite waits what it was given (60 s unless told):
     # here 0.3 s, against a server answering in 1 s.
-    with ScriptedServer(default=Delay(1.0, Respond(200, {}))) as slow:
-        server = ServerUnderTest(url=slow.url, spec_name="target", api_key=None, timeout_s=0.3)
-        server.hold_to("target", lambda exchange: None)
-        try:
-            with pytest.raises(LayaCallError) as failed:
-                server.decide("state", {"q": {"type": "noul", "instructions": "Is it?"}})
-        finally:
-            server.close()
+    with ScriptedServer(default=Delay(1.0, Respond(200, {}))) as slow, held(slow.url, timeout_s=0.3) as server, \
+            pytest.raises(LayaCallError) as failed:
+        server.decide("state", {"q": {"type": "noul", "instructions": "Is it?"}})
     assert failed.value.code == "deadline_exceeded" and "0.3s deadline" in str(failed.value)
 
 
 def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_with_where_they_were_seen():
-    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="current", api_key=None)
-    server.hold_to("current", lambda exchange: None)
+    with held(spec="current") as server:
+        def seen(path, status, body):
+            server.observe(Exchange(method="POST", url="http://127.0.0.1:9" + path, path=path, status=status,
+                                    headers={"content-type": "application/json"}, body=json.dumps(body).encode(),
+                                    request_body=None, elapsed_s=0.0))
 
-    def seen(path, status, body):
-        server.observe(Exchange(method="POST", url="http://127.0.0.1:9" + path, path=path, status=status,
-                                headers={"content-type": "application/json"}, body=json.dumps(body).encode(),
-                                request_body=None, elapsed_s=0.0))
-
-    try:
         # laya-serve's refusals: {"detail": ...}, where the target asks for a problem document.
         seen("/v1/systemone", 422, {"detail": "bad question"})
         seen("/v1/systemone", 413, {"detail": "too many questions"})
@@ -566,8 +558,6 @@ def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_wit
         # A body the current spec takes and the target does not (no served_by): its rule is listed too.
         seen("/v1/systemone", 200, {"answers": {"q": {"type": "noul", "noul": 0.5}}})
         with_body = server.rule_gap_lines()
-    finally:
-        server.close()
     assert lines == [
         "/headers/content-type: expected one of ['application/problem+json'] "
         "[POST /v1/systemone 413, 422; POST /v1/systemone/batch 422]",
@@ -578,13 +568,10 @@ def test_target_rules_broken_under_the_current_spec_are_listed_once_per_rule_wit
 
 
 def test_a_rule_gap_line_longer_than_the_summary_width_is_cut_to_it():
-    server = ServerUnderTest(url="http://127.0.0.1:9", spec_name="current", api_key=None)
     seen = {"POST /v1/systemone": {422: None}}
-    server.rule_gaps = {("/body/a", "x" * 177): seen, ("/body/b", "y" * 178): seen}  # 220 and 221 characters
-    try:
+    with held(spec="current") as server:
+        server.rule_gaps = {("/body/a", "x" * 177): seen, ("/body/b", "y" * 178): seen}  # 220 and 221 characters
         whole, cut = server.rule_gap_lines()
-    finally:
-        server.close()
     assert whole == f"/body/a: expected {'x' * 177} [POST /v1/systemone 422]" and len(whole) == 220
     assert cut == f"/body/b: expected {'y' * 178} [POST /v1/systemone 422]"[:217] + "..." and len(cut) == 220
 
