@@ -69,14 +69,14 @@ class AsyncServedLayaClient(ClientBase):
         body, decision = call.conclude(attempt, number)
         health, read_now = self._health_to_read(decision, deadline)
         if read_now:
-            headers = request_headers(self.settings, call.request_id)
+            headers = request_headers(call.request_id)
             health = health_from(await self._send("GET", HEALTH_PATH, headers, None, deadline))
             self._identities.store(health)
         return self._identity_after(call, body, decision, health)
 
     async def health(self) -> Health:
         deadline = Deadline(self.settings.timeout_s)
-        attempt = await self._send("GET", HEALTH_PATH, request_headers(self.settings, new_request_id()), None, deadline)
+        attempt = await self._send("GET", HEALTH_PATH, request_headers(new_request_id()), None, deadline)
         health = health_from(attempt)
         if health is None:
             raise self._health_error(attempt)

@@ -195,7 +195,7 @@ class DecisionCall:
             self.body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise LayaConfigError(f"the state and questions must be JSON-serializable: {exc}", code="bad_setting") from None
-        self.headers = request_headers(settings, self.request_id)
+        self.headers = request_headers(self.request_id)
 
     def error(self, error: LayaError, status: int | None = None) -> LayaError:
         return error.with_context(status=status, request_id=self.request_id, url=self.settings.shown_url)
@@ -298,7 +298,7 @@ class DecisionCall:
         return policy.after_response(attempt.status or 0, attempt.headers, number, deadline)
 
 
-def request_headers(settings: ClientSettings, request_id: str) -> dict[str, str]:
+def request_headers(request_id: str) -> dict[str, str]:
     """A request's headers, without credentials: `request_auth` adds those as httpx sends it.
 
     So no dict in any frame a traceback prints (``--showlocals``) holds the key.

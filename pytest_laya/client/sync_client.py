@@ -45,17 +45,17 @@ class _DeadlineStream:
         self._stream = stream
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data: bytes = self._stream.read(max_bytes, _bounded(timeout, "read"))
+        data: bytes = self._stream.read(max_bytes, _bounded(timeout))
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _bounded(timeout, "write"))
+        self._stream.write(buffer, _bounded(timeout))
 
     def close(self) -> None:
         self._stream.close()
 
     def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _bounded(timeout, "connect")))
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _bounded(timeout)))
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
@@ -75,12 +75,15 @@ class _DeadlineBackend:
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Any = None) -> _DeadlineStream:
-        return _DeadlineStream(self._backend.connect_tcp(host, port, _bounded(timeout, "connect"), local_address,
+        return _DeadlineStream(self._backend.connect_tcp(host, port, _bounded(timeout), local_address,
                                                          socket_options))
 
 
-def _bounded(timeout: float | None, what: str) -> float | None:
-    """`timeout` cut to the current deadline; raises httpcore's timeout once it is spent."""
+def _bounded(timeout: float | None) -> float | None:
+    """`timeout` cut to the current deadline; raises httpcore's timeout once it is spent.
+
+    Which operation ran out does not matter: the client classifies every timeout alike.
+    """
     deadline: Deadline | None = getattr(_current, "deadline", None)
     if deadline is None:
         return timeout
@@ -88,23 +91,24 @@ def _bounded(timeout: float | None, what: str) -> float | None:
     if left <= 0:
         import httpcore
 
-        error = {"read": httpcore.ReadTimeout, "write": httpcore.WriteTimeout}.get(what, httpcore.ConnectTimeout)
-        raise error(f"the decision's deadline passed before this {what}")
+        raise httpcore.TimeoutException("the decision's deadline passed")
     return left if timeout is None else min(timeout, left)
 
 
 class _Bounded:
-    """Makes `deadline` the one every socket operation of this thread is bounded by, for a block."""
+    """Makes `deadline` the one every socket operation of this thread is bounded by, for a block.
+
+    Not nested: a decision's /health read runs after its POST's block, under the same deadline.
+    """
 
     def __init__(self, deadline: Deadline) -> None:
         self._deadline = deadline
 
     def __enter__(self) -> None:
-        self._outer = getattr(_current, "deadline", None)
         _current.deadline = self._deadline
 
     def __exit__(self, *exc: object) -> None:
-        _current.deadline = self._outer
+        _current.deadline = None
 
 
 def _deadline_transport() -> httpx.HTTPTransport:
@@ -255,14 +259,14 @@ class ServedLayaClient(ClientBase):
         body, decision = call.conclude(attempt, number)
         health, read_now = self._health_to_read(decision, deadline)
         if read_now:
-            health = health_from(self._send("GET", HEALTH_PATH, request_headers(self.settings, call.request_id), None, deadline))
+            health = health_from(self._send("GET", HEALTH_PATH, request_headers(call.request_id), None, deadline))
             self._identities.store(health)
         return self._identity_after(call, body, decision, health)
 
     def health(self) -> Health:
         """The server's /health document (liveness only, if it has a key and we have none)."""
         deadline = Deadline(self.settings.timeout_s)
-        attempt = self._send("GET", HEALTH_PATH, request_headers(self.settings, new_request_id()), None, deadline)
+        attempt = self._send("GET", HEALTH_PATH, request_headers(new_request_id()), None, deadline)
         health = health_from(attempt)
         if health is None:
             raise self._health_error(attempt)
