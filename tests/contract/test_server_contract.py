@@ -31,6 +31,7 @@ from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import Delay, ReceivedRequest, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
+from pytest_laya.specs.conformance import SpecViolationError
 from pytest_laya.suites.measures import compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (
     DOCUMENTED_LIMITS,
@@ -663,3 +664,47 @@ def test_check_speaks_its_own_words_in_process(pytester, monkeypatch):
     with FakeLayaServer() as fake:
         quiet = check_command(pytester, fake.url, "-q", "-k", "health_answers_status_ok")
     assert "python -m pytest_laya check" not in quiet.stdout.str()
+
+
+def test_every_exchange_observed_is_the_request_sent_with_its_answer_and_its_time():
+    # What the observer gets (the plugin's report, a user's own observer) is the exchange as it happened.
+    seen: list[Exchange] = []
+    with ScriptedServer(default=Delay(0.2, Respond(200, {"status": "ok"}))) as server, held(server.url) as suite:
+        suite.hold_to("target", seen.append)
+        suite.post({"state": "s", "questions": {}})
+    [exchange] = seen
+    assert exchange.url == server.url + "/v1/systemone" and exchange.path == "/v1/systemone"
+    assert exchange.request_body == b'{"state": "s", "questions": {}}'
+    assert 0.2 <= exchange.elapsed_s < 5.0
+
+
+def _held_to_the_target_spec(exchange: Exchange) -> None:
+    """The plugin's observer in short: a response that breaks the target spec raises."""
+    violations = Spec.target().violations(exchange.method, exchange.path, exchange.status, exchange.headers, exchange.body)
+    if violations:
+        raise SpecViolationError(exchange, "target", violations)
+
+
+def test_a_broken_success_fails_at_once_and_broken_refusals_wait_each_on_its_own_line():
+    def answered(status: int, body: Any) -> Exchange:
+        return Exchange(method="POST", url="http://127.0.0.1:9/v1/systemone", path="/v1/systemone", status=status,
+                        headers={"content-type": "application/json"}, body=json.dumps(body).encode(),
+                        request_body=None, elapsed_s=0.0)
+
+    refusals = [answered(400, {"detail": "bad state"}), answered(422, {"detail": "bad question"})]
+    with held() as server:
+        server.hold_to("target", _held_to_the_target_spec)
+        for refusal in refusals:
+            server.observe(refusal)  # a refusal's violations follow the words about its status
+        waiting = server.pending_violations()
+        assert server.pending_violations() == ""  # reported once
+        with pytest.raises(pytest.fail.Exception) as failed:
+            server.observe(answered(200, {"answers": {"q": {"type": "noul", "noul": 0.5}}}))  # no served_by
+    expected = []
+    for refusal in refusals:
+        with pytest.raises(SpecViolationError) as broken:
+            _held_to_the_target_spec(refusal)
+        expected.append(str(broken.value))
+    assert waiting == "\n".join(expected) and waiting.count("breaks the target spec") == 2
+    assert str(failed.value).startswith("POST /v1/systemone -> 200 breaks the target spec")
+    assert not failed.value.pytrace  # the violations alone, no traceback into the kit
