@@ -35,16 +35,11 @@ def _header(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or not reporter.showheader:  # -q: no header
         return
-    from importlib.metadata import PackageNotFoundError, version
-
+    from pytest_laya import __version__
     from pytest_laya.client.settings import redact_url
 
-    try:
-        kit = version("pytest-laya")
-    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
-        kit = "unknown"
     url = redact_url(session.config.getoption("laya_url") or "")
     reporter.showfspath = False
     reporter.write_line(f"python -m pytest_laya check {url}: the HTTP contract of a served Laya "
-                        f"(pytest_laya.suites.server); pytest-laya {kit}, pytest {pytest.__version__}, "
+                        f"(pytest_laya.suites.server); pytest-laya {__version__}, pytest {pytest.__version__}, "
                         f"Python {platform.python_version()}")
