@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from pytest_laya.specs import Spec
 from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs.spec import _format_checker
 from pytest_laya.wire.pointer import escape as _escape
-from tests.helpers.recorded import LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE, SYSTEM1, recording, recordings
+from tests.helpers.recorded import LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE, SYSTEM1, recordings
 
 _formats = _format_checker()
 CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
@@ -610,15 +609,14 @@ def random_schema(rng: random.Random, depth: int = 0, refs: bool = True) -> Any:
 
 
 def test_random_schemas_agree_with_jsonschema():
+    # A fixed seed and count, so a failure is the same failure on every machine, however loaded.
     rng = random.Random(20261202)
-    deadline = time.monotonic() + 3.0
-    schemas = instances_checked = 0
-    while time.monotonic() < deadline and schemas < 3000:
+    instances_checked = 0
+    for _ in range(3000):
         schema = random_schema(rng)
         document = {"defs": {"d": random_schema(rng, 1, refs=False)}, "s": schema}
         compiled = compile_schema(document, "/s", format_checks=CHECKS)
-        if compiled is None:
-            continue
+        assert compiled is not None, f"uses only keywords the compiler supports: {json.dumps(schema)}"
         expected = reference(document, "/s").is_valid
         for _ in range(15):
             instance = random_instance(rng)
@@ -630,28 +628,7 @@ def test_random_schemas_agree_with_jsonschema():
                 continue  # jsonschema itself chokes (e.g. an unhashable key); the compiled one says False
             assert compiled(instance) == want, f"{json.dumps(schema)} on {instance!r}"
             instances_checked += 1
-        schemas += 1
-    print(f"\nrandom: {schemas} schemas, {instances_checked} comparisons")
-    assert schemas > 200
-
-
-# -- speed (printed, not asserted) -----------------------------------------------------
-
-def test_speed_sanity_print():
-    spec = SPECS["current"]
-    rec = recording(LAYA_SERVE, "combined")
-    pointer = response_pointer(spec, rec)[0]
-    compiled, expected = pair(spec.document, pointer)
-    assert compiled(rec.body) and expected(rec.body)
-
-    def per_call(func, n):
-        start = time.perf_counter()
-        for _ in range(n):
-            func(rec.body)
-        return (time.perf_counter() - start) / n * 1e6
-
-    fast, slow = per_call(compiled, 2000), per_call(expected, 100)
-    print(f"\n{rec.id}: compiled {fast:.1f} µs, jsonschema is_valid {slow:.1f} µs, x{slow / fast:.0f}")
+    assert instances_checked > 40_000  # jsonschema judged nearly all of the 45,000 instances
 
 
 # -- what the compiler holds in place of importing jsonschema ----------------------------
