@@ -112,23 +112,19 @@ class _Bounded:
 
 
 def _deadline_transport() -> httpx.HTTPTransport:
-    """httpx's own transport (so cassettes patch it as usual) over `_DeadlineBackend`."""
+    """httpx's own transport (so cassettes patch it as usual), its pool connecting through `_DeadlineBackend`.
+
+    Only the pool's network backend is swapped: its limits, TLS context and HTTP versions stay
+    httpx's.
+    """
     import httpcore
 
     transport = httpx.HTTPTransport(verify=ssl_context())
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
-    pool = httpcore.ConnectionPool(
-        ssl_context=ssl_context(),
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=_DeadlineBackend(),  # type: ignore[arg-type]
-    )
-    if not isinstance(getattr(transport, "_pool", None), httpcore.ConnectionPool):
-        raise RuntimeError(f"httpx {httpx.__version__} has no HTTPTransport._pool: the sync client's deadline "
-                           "cannot be installed; pin the httpx version pytest-laya supports")
-    transport._pool.close()
-    transport._pool = pool
+    pool = getattr(transport, "_pool", None)
+    if not isinstance(pool, httpcore.ConnectionPool) or not hasattr(pool, "_network_backend"):
+        raise RuntimeError(f"httpx {httpx.__version__} has no HTTPTransport._pool._network_backend: the sync "
+                           "client's deadline cannot be installed; pin the httpx version pytest-laya supports")
+    pool._network_backend = _DeadlineBackend()  # type: ignore[assignment]  # duck-typed: connect_tcp is all a pool asks
     return transport
 
 
