@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from pytest_laya.client.base import ClientBase, ssl_context
+from pytest_laya.client.base import LOOPBACK_DIRECT, ClientBase, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
@@ -43,7 +43,8 @@ class AsyncServedLayaClient(ClientBase):
         api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
-        self._http = httpx.AsyncClient(transport=transport, follow_redirects=False, verify=ssl_context())
+        self._http = httpx.AsyncClient(transport=transport, follow_redirects=False, verify=ssl_context(),
+                                       mounts=LOOPBACK_DIRECT)
 
     async def decide(
         self,

@@ -47,6 +47,13 @@ def _ssl_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+#: httpx ``mounts`` that send loopback requests straight to the server, whatever HTTP_PROXY,
+#: HTTPS_PROXY or ALL_PROXY say (other hosts follow them and NO_PROXY, as in httpx): the kit's
+#: fake and reference servers listen on loopback, which a proxy on another machine cannot
+#: reach. Go's net/http makes the same exception.
+LOOPBACK_DIRECT: Mapping[str, None] = {"all://localhost": None, "all://127.0.0.1": None, "all://[::1]": None}
+
+
 class ClientBase:
     def __init__(
         self,

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from pytest_laya.client.base import ClientBase, ssl_context
+from pytest_laya.client.base import LOOPBACK_DIRECT, ClientBase, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
@@ -111,21 +111,24 @@ class _Bounded:
         _current.deadline = None
 
 
-def _deadline_transport() -> httpx.HTTPTransport:
-    """httpx's own transport (so cassettes patch it as usual), its pool connecting through `_DeadlineBackend`.
+def _bound_by_deadline(client: httpx.Client) -> httpx.Client:
+    """`client` with every pool it owns (direct, and one per proxy) connecting through `_DeadlineBackend`.
 
-    Only the pool's network backend is swapped: its limits, TLS context and HTTP versions stay
-    httpx's.
+    Only the network backends are swapped: limits, TLS context, proxies and HTTP versions stay
+    httpx's, and cassettes patch httpx's transport as usual.
     """
     import httpcore
 
-    transport = httpx.HTTPTransport(verify=ssl_context())
-    pool = getattr(transport, "_pool", None)
-    if not isinstance(pool, httpcore.ConnectionPool) or not hasattr(pool, "_network_backend"):
-        raise RuntimeError(f"httpx {httpx.__version__} has no HTTPTransport._pool._network_backend: the sync "
-                           "client's deadline cannot be installed; pin the httpx version pytest-laya supports")
-    pool._network_backend = _DeadlineBackend()  # type: ignore[assignment]  # duck-typed: connect_tcp is all a pool asks
-    return transport
+    transports = [client._transport, *client._mounts.values()]
+    for transport in transports:
+        if transport is None:
+            continue
+        pool = getattr(transport, "_pool", None)
+        if not isinstance(pool, httpcore.ConnectionPool) or not hasattr(pool, "_network_backend"):
+            raise RuntimeError(f"httpx {httpx.__version__} has no HTTPTransport._pool._network_backend: the sync "
+                               "client's deadline cannot be installed; pin the httpx version pytest-laya supports")
+        pool._network_backend = _DeadlineBackend()  # type: ignore[assignment]  # duck-typed: connect_tcp is all a pool asks
+    return client
 
 
 class _SocketWatchdog:
@@ -227,8 +230,11 @@ class ServedLayaClient(ClientBase):
         api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
-        self._http = httpx.Client(transport=transport if transport is not None else _deadline_transport(),
-                                  follow_redirects=False, verify=ssl_context())
+        if transport is None:
+            self._http = _bound_by_deadline(httpx.Client(follow_redirects=False, verify=ssl_context(),
+                                                         mounts=LOOPBACK_DIRECT))
+        else:  # httpx itself then reads no proxy from the environment
+            self._http = httpx.Client(transport=transport, follow_redirects=False)
         # The client's own transport bounds every socket operation by the deadline; only a
         # transport passed in needs the watchdog (and its timer thread, one per attempt).
         self._watched = transport is not None

@@ -139,6 +139,47 @@ def test_a_trickled_head_on_a_new_connection_fails_at_the_deadline(kind):
     assert elapsed < DEADLINE_S + SLACK_S and len(server.requests) == 1
 
 
+# --------------------------------------------------------------------------- a proxy from the environment
+
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture
+def proxy_from(monkeypatch):
+    """Sets HTTP_PROXY to the URL given (every other proxy variable, either case, unset)."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda url: monkeypatch.setenv("HTTP_PROXY", url)
+
+
+def test_a_proxy_from_the_environment_carries_decisions_to_other_hosts(kind, proxy_from):
+    # As httpx, curl and requests do: a service behind its network's proxy reaches its Laya.
+    with ScriptedServer(OK) as proxy:
+        proxy_from(proxy.url)
+        decision, _ = decide(kind, "http://laya.invalid:8000")
+    assert not isinstance(decision, Exception), decision
+    assert [r.path for r in proxy.requests] == ["http://laya.invalid:8000/v1/systemone"]
+
+
+def test_loopback_is_reached_directly_whatever_the_proxy(kind, proxy_from):
+    # The fake and reference servers listen on loopback, which a proxy elsewhere cannot reach.
+    with ScriptedServer(Respond(502, "the proxy was used\n")) as proxy, ScriptedServer(default=OK) as server:
+        proxy_from(proxy.url)
+        for url in (server.url, server.url.replace("127.0.0.1", "localhost")):
+            decision, _ = decide(kind, url)
+            assert not isinstance(decision, Exception), decision
+    assert proxy.requests == [] and len(server.requests) == 2
+
+
+def test_the_deadline_holds_through_a_proxy(kind, proxy_from):
+    with ScriptedServer(head_trickled(OK)) as proxy:
+        proxy_from(proxy.url)
+        error, elapsed = decide(kind, "http://laya.invalid:8000")
+    assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded"
+    assert elapsed < DEADLINE_S + SLACK_S and len(proxy.requests) == 1
+
+
 # --------------------------------------------------------------------------- compression bombs
 
 

@@ -535,6 +535,16 @@ def test_the_suite_never_follows_a_redirect():
     assert answered.status == 307 and [r.path for r in server.requests] == ["/health"]
 
 
+def test_the_suite_goes_where_the_served_client_goes_whatever_the_proxy(monkeypatch):
+    # Its raw requests and its decisions reach the same server: loopback directly, as the client does.
+    with ScriptedServer(default=Respond(502, "the proxy was used\n")) as proxy, \
+            ScriptedServer(default=Respond(200, {"status": "ok"})) as server:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        with held(server.url) as suite:
+            answered = suite.send("GET", "/health", observe=False)
+    assert answered.status == 200 and proxy.requests == []
+
+
 def test_a_decision_is_bounded_by_the_runs_wait_not_the_clients_default():
     # The served client's own default is 5 s; the suite waits what it was given (60 s unless told):
     # here 0.3 s, against a server answering in 1 s.
