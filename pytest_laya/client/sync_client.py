@@ -80,9 +80,11 @@ class _DeadlineBackend:
 
 
 def _bounded(timeout: float | None) -> float | None:
-    """`timeout` cut to the current deadline; raises httpcore's timeout once it is spent.
+    """The time left of the current deadline, for one socket operation; httpcore's timeout once it is spent.
 
-    Which operation ran out does not matter: the client classifies every timeout alike.
+    httpx's own `timeout` for the operation is never shorter (`_send` sets it to the time left
+    when the attempt began), so it is used only outside an attempt. Which operation ran out does
+    not matter: the client classifies every timeout alike.
     """
     deadline: Deadline | None = getattr(_current, "deadline", None)
     if deadline is None:
@@ -92,7 +94,7 @@ def _bounded(timeout: float | None) -> float | None:
         import httpcore
 
         raise httpcore.TimeoutException("the decision's deadline passed")
-    return left if timeout is None else min(timeout, left)
+    return left
 
 
 class _Bounded:
