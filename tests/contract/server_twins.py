@@ -186,6 +186,13 @@ def _full_health_answered(response: Respond) -> Fault:
     return fault
 
 
+def _health_another_methods_route(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # /health exists for POST only: every GET is a 405, the key or not.
+    if request.path == "/health":
+        return Respond(405, {"detail": "Method Not Allowed"}, headers={"Allow": "POST"})
+    return _normal(fakes, request)
+
+
 # A proxy whose health backend is down.
 _health_unavailable = _full_health_answered(Respond(502, "backend unavailable\n"))
 # An HTML 500, which no spec allows. Behind laya-serve the answers carry no identity, so the client
@@ -323,18 +330,59 @@ def _invalid_questions_refused(change: Callable[[dict[str, Any]], dict[str, Any]
     return fault
 
 
-def _questions_at_the_limit_refused(fakes: Fakes, request: ReceivedRequest) -> Respond:
+def _questions_refused_from(count: int) -> Fault:
+    """A fault refusing (413, as over the fake's own limit) a decision of `count` questions or more."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        sent = _sent(request)
+        if request.path == DECIDE and isinstance(sent, dict) and len(sent.get("questions") or {}) >= count:
+            return _refused_as(fakes, request, {**sent, "questions": {f"q{i}": {"type": "noul", "instructions": "?"}
+                                                                      for i in range(65)}})
+        return _normal(fakes, request)
+    return fault
+
+
+def _state_refused_from(chars: int) -> Fault:
+    """A fault refusing (413, as over the fake's own limit) a state of `chars` characters or more."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        sent = _sent(request)
+        if (request.path == DECIDE and isinstance(sent, dict) and isinstance(sent.get("state"), str)
+                and len(sent["state"]) >= chars):
+            return _refused_as(fakes, request, {**sent, "state": "x" * 50_001})
+        return _normal(fakes, request)
+    return fault
+
+
+def _answers_cut_at(count: int) -> Fault:
+    """A fault answering only the first `count - 1` questions of a decision of `count`, and
+    refusing more (as a limit of `count` asks)."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = _questions_refused_from(count + 1)(fakes, request)
+        sent = _sent(request)
+        if response.status != 200 or request.path != DECIDE or len(sent.get("questions") or {}) != count:
+            return response
+        body = _body(response)
+        body["answers"] = dict(list(body["answers"].items())[: count - 1])
+        return _with_body(response, body)
+    return fault
+
+
+def _invalid_questions_dropped_beside_valid_ones(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # Beside a valid question, invalid ones are dropped silently and the rest answered; alone, refused.
     sent = _sent(request)
-    if request.path == DECIDE and isinstance(sent, dict) and len(sent.get("questions") or {}) >= 8:
-        return _refused_as(fakes, request, {**sent, "questions": {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(65)}})
+    if not (request.path == DECIDE and isinstance(sent, dict) and isinstance(sent.get("questions"), dict)):
+        return _normal(fakes, request)
+    valid = {qid: q for qid, q in sent["questions"].items()
+             if _normal(fakes, _resent(request, {**sent, "questions": {qid: q}})).status == 200}
+    if valid and len(valid) < len(sent["questions"]):
+        return _normal(fakes, _resent(request, {**sent, "questions": valid}))
     return _normal(fakes, request)
 
 
-def _state_at_the_limit_refused(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    sent = _sent(request)
-    if (request.path == DECIDE and isinstance(sent, dict) and isinstance(sent.get("state"), str)
-            and len(sent["state"]) >= 1000):
-        return _refused_as(fakes, request, {**sent, "state": "x" * 50_001})
+def _request_id_must_be_a_uuid(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # The target takes any 1-128 visible ASCII characters; this server only 32 hex digits.
+    given = request.header(REQUEST_ID_HEADER)
+    if request.path == DECIDE and given is not None and not (len(given) == 32 and all(c in "0123456789abcdef" for c in given)):
+        return _refused_as(fakes, request, {"state": "x"})
     return _normal(fakes, request)
 
 
@@ -359,6 +407,37 @@ def _token_echoed_in_the_401(fakes: Fakes, request: ReceivedRequest) -> Respond:
         return response
     body = _body(response)
     return _with_body(response, {**body, "detail": f"{body.get('detail', 'unauthorized')}: got {request.header('authorization')!r}"})
+
+
+def _missing_token_accepted(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # A wrong token is refused, but a request with no Authorization header at all goes through.
+    if request.path.startswith(DECIDE) and not request.header("authorization"):
+        return fakes.open.normal_response(request)
+    return _normal(fakes, request)
+
+
+def _key_shown_in_the_401(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # The 401 tells the caller the key it should have sent.
+    response = _normal(fakes, request)
+    if response.status != 401:
+        return response
+    return _with_body(response, {**_body(response), "detail": f"expected Authorization: Bearer {KEY}"})
+
+
+def _batch_read_as_one_decision(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    # The batch route reads its body as a single decision's, which has no "states": a 400.
+    if request.path == BATCH:
+        return _normal(fakes, dataclasses.replace(request, path=DECIDE))
+    return _normal(fakes, request)
+
+
+def _batch_results_one_short(fakes: Fakes, request: ReceivedRequest) -> Respond:
+    response = _normal(fakes, request)
+    if response.status != 200 or request.path != BATCH:
+        return response
+    body = _body(response)
+    body["results"] = body["results"][:1]
+    return _with_body(response, body)
 
 
 def _batch_results_reversed(fakes: Fakes, request: ReceivedRequest) -> Respond:
@@ -410,6 +489,11 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         # first; the current spec allows any string, which leaves the check's own test.
         BrokenServer("health-status-degraded", _health_status_degraded,
                      'GET /health must be a JSON object with "status": "ok"', spec="current", flavor="laya-serve-0.4.15"),
+        # Under the target a server without /health fails, with the gap's words.
+        BrokenServer("health-only-for-post", _health_another_methods_route,
+                     "GET /health answered 405: the server has no /health; the target's health document says",
+                     also_fails=("test_health_names_the_models_and_the_limits",
+                                 "test_health_without_a_token_shows_liveness_only")),
     ),
     "test_health_names_the_models_and_the_limits": (
         # Either half of "ready and named" alone must fail the check.
@@ -449,6 +533,8 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     "test_the_request_id_is_echoed": (
         BrokenServer("request-id-not-echoed", _request_id_not_echoed,
                      f"', got X-Request-Id '{SERVER_CHOSEN_ID}' back; the target echoes the caller's request id"),
+        BrokenServer("request-id-must-be-a-uuid", _request_id_must_be_a_uuid,
+                     "a well-formed decision request: expected HTTP 200, got HTTP 400"),
     ),
     "test_malformed_json_is_a_400": (
         BrokenServer("malformed-json-answered", _malformed_json_answered,
@@ -490,21 +576,31 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
     "test_every_invalid_question_is_named": (
         BrokenServer("names-the-first-invalid-question-only", _names_the_first_invalid_question_only,
                      "the 422 must name exactly the invalid questions 'mood' and 'team' in errors[], got ['mood']"),
+        BrokenServer("invalid-questions-dropped-beside-valid-ones", _invalid_questions_dropped_beside_valid_ones,
+                     "two invalid questions ('mood', 'team') beside a valid one: expected HTTP 422 invalid_question, "
+                     "got HTTP 200"),
     ),
     "test_too_many_questions_are_a_413": (
         BrokenServer("question-limit-published-not-kept", _publishing({"max_questions": 8}),
                      "9 questions (the limit is 8): expected HTTP 413 too_many_questions, got HTTP 200"),
+        # One over is the case to probe: this server refuses 10 questions, not 9.
+        BrokenServer("question-limit-off-by-one", _publishing({"max_questions": 8}, _questions_refused_from(10)),
+                     "9 questions (the limit is 8): expected HTTP 413 too_many_questions, got HTTP 200"),
     ),
     "test_questions_at_the_limit_are_answered": (
-        BrokenServer("questions-at-the-limit-refused", _publishing({"max_questions": 8}, _questions_at_the_limit_refused),
+        BrokenServer("questions-at-the-limit-refused", _publishing({"max_questions": 8}, _questions_refused_from(8)),
                      "8 questions (the limit is 8): expected HTTP 200, got HTTP 413"),
+        BrokenServer("answers-cut-at-the-limit", _publishing({"max_questions": 8}, _answers_cut_at(8)),
+                     "8 questions must get 8 answers in order, got 7"),
     ),
     "test_a_state_over_the_limit_is_a_413": (
         BrokenServer("state-limit-published-not-kept", _publishing({"max_state_chars": 1000}),
                      "a state of 1001 characters (the limit is 1000): expected HTTP 413 state_too_large, got HTTP 200"),
+        BrokenServer("state-limit-off-by-one", _publishing({"max_state_chars": 1000}, _state_refused_from(1002)),
+                     "a state of 1001 characters (the limit is 1000): expected HTTP 413 state_too_large, got HTTP 200"),
     ),
     "test_a_state_at_the_limit_is_answered": (
-        BrokenServer("state-at-the-limit-refused", _publishing({"max_state_chars": 1000}, _state_at_the_limit_refused),
+        BrokenServer("state-at-the-limit-refused", _publishing({"max_state_chars": 1000}, _state_refused_from(1000)),
                      "a state of 1000 characters (the limit is 1000): expected HTTP 200, got HTTP 413"),
     ),
     "test_a_body_over_the_limit_is_a_413": (
@@ -524,10 +620,18 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "a decision request with a wrong bearer token: expected HTTP 401 unauthorized, got HTTP 200"),
         BrokenServer("token-echoed-in-the-401", _token_echoed_in_the_401,
                      "the 401 to a request with a wrong bearer token shows a token (redacted here as ***)"),
+        BrokenServer("missing-token-accepted", _missing_token_accepted,
+                     "a decision request with no Authorization header: expected HTTP 401 unauthorized, got HTTP 200"),
+        BrokenServer("key-shown-in-the-401", _key_shown_in_the_401,
+                     "the 401 to a request with a wrong bearer token shows a token (redacted here as ***)"),
     ),
     "test_batch_answers_each_state_as_alone": (
         BrokenServer("batch-results-reversed", _batch_results_reversed, "state 0 alone and in the batch: question"),
         BrokenServer("batch-results-missing-an-answer", _batch_results_missing_an_answer, "batch result 0: no answer for question(s) ['refund'] [bad_answer]"),
+        BrokenServer("batch-read-as-one-decision", _batch_read_as_one_decision,
+                     "POST /v1/systemone/batch with 2 states: expected HTTP 200, got HTTP 400"),
+        BrokenServer("batch-results-one-short", _batch_results_one_short,
+                     "a batch of 2 states must get 2 results in order, got HTTP 200"),
     ),
 }
 

@@ -279,24 +279,34 @@ def test_a_body_that_breaks_the_spec_is_printed_once(pytester):
     assert out.count("/body/served_by: expected a required property") == 1 and "During handling" not in out
 
 
-def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester):
+@pytest.mark.parametrize("batch_status", [404, 405])
+def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester, batch_status):
+    # No batch endpoint either: 404 (no route) or 405 (a route for another method) both say so.
     fake = FakeLayaServer(flavor="laya-serve-0.4.15")  # never started: only its answers are used
 
     def no_health(request: ReceivedRequest) -> Respond:
         if request.path == "/health":
             return Respond(404, {"detail": "Not Found"})
+        if request.path == "/v1/systemone/batch":
+            return Respond(batch_status, {"detail": "Not Found" if batch_status == 404 else "Method Not Allowed"})
         return fake.normal_response(request)
 
     with ScriptedServer(default=no_health) as jev:
         result = run(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-rx")
     health_checks = ["test_health_answers_status_ok", "test_health_names_the_models_and_the_limits"]
-    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - len(LAYA_SERVE_GAPS) - 1, skipped=TOKEN_CHECKS,
-                           xfailed=len(LAYA_SERVE_GAPS) + 1)
+    result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - len(LAYA_SERVE_GAPS) - 2, skipped=TOKEN_CHECKS,
+                           xfailed=len(LAYA_SERVE_GAPS) + 2)
     result.stdout.fnmatch_lines([
         f"  live {jev.url} held to the current spec (it claims none, *",
         "  no /health: GET /health answered 404; identity comes from the answers, limits from the spec",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
-        *[f"  {name}: GET /health answered 404: the server has no /health*" for name in health_checks],
+        *[f"  {name}: GET /health answered 404: the server has no /health; the target's health document says "
+          "whether it is ready, which weights serve each model, and the limits" for name in health_checks],
+        # The gaps' words, each as the summary shows it.
+        "  test_the_request_id_is_echoed: sent X-Request-Id 'pytest-laya-contract-*', got no X-Request-Id back; "
+        "the target echoes the caller's request id",
+        f"  test_batch_answers_each_state_as_alone: POST /v1/systemone/batch answered {batch_status}; the target "
+        "answers several states in one request",
     ])
 
 
