@@ -262,21 +262,24 @@ def test_a_wrong_status_is_reported_before_the_spec_violations_of_its_body_and_e
     assert out.count("/status: expected one of") == 1 and "During handling" not in out
 
 
-def test_a_body_that_breaks_the_spec_is_printed_once(pytester):
+@pytest.mark.parametrize(("path", "check"), [("/v1/systemone", "a_decision_answers_every_question_in_order"),
+                                             ("/v1/systemone/batch", "batch_answers_each_state_as_alone")])
+def test_a_body_that_breaks_the_spec_is_printed_once(pytester, path, check):
     fake = FakeLayaServer()
 
-    def without_served_by(request: ReceivedRequest) -> Respond:
+    def without_model(request: ReceivedRequest) -> Respond:
         response = fake.normal_response(request)
-        if response.status == 200 and request.path == "/v1/systemone":
+        if response.status == 200 and request.path == path:
             body = _answer_body(response)
-            body.pop("served_by")
+            body.pop("model")
             return _rewritten(response, body)
         return response
 
-    with ScriptedServer(default=without_served_by) as broken:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", "every_question_in_order")
+    with ScriptedServer(default=without_model) as broken:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", check)
+    assert failed_checks(result) == [f"test_{check}"]
     out = failure_section(result)
-    assert out.count("/body/served_by: expected a required property") == 1 and "During handling" not in out
+    assert out.count("/body/model: expected a required property") == 1 and "During handling" not in out
 
 
 @pytest.mark.parametrize("batch_status", [404, 405])
