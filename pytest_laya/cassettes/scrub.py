@@ -13,6 +13,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, url
 
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
+from pytest_laya.client.secret import revealed
 from pytest_laya.wire.headers import parse_traceparent
 from pytest_laya.wire.pointer import escape as escape_pointer
 
@@ -115,7 +116,7 @@ class Scrubber:
                                                                  *self._filtered_query.items(),
                                                                  *self._filtered_post.items())
                         if replacement is not None and not callable(replacement)}
-        plain = api_key.reveal() if hasattr(api_key, "reveal") else api_key
+        plain = revealed(api_key)
         if plain:
             self._secrets.add(plain)
 

@@ -12,7 +12,7 @@ from collections.abc import Generator
 
 import httpx
 
-__all__ = ["BearerAuth", "Secret", "key_problem"]
+__all__ = ["BearerAuth", "Secret", "key_problem", "revealed"]
 
 _REDACTED = "***"
 
@@ -68,6 +68,13 @@ class Secret:
 
 
 _NAMES = {"\n": "a line feed", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
+
+
+def revealed(key: str | Secret | None) -> str | None:
+    """The plain text of a key given as a `Secret` or a str, for where it must be used (sent,
+    exported, scrubbed); None for no key."""
+    secret = Secret.wrap(key)
+    return secret.reveal() if secret else None
 
 
 def key_problem(key: Secret) -> str | None:

@@ -113,8 +113,9 @@ class LayaRun:
         service that reads them there; returns the URL variable's name."""
         name = self.url_env or "LAYA_SERVED_URL"
         monkeypatch.setenv(name, server.url)
-        key = server.api_key
-        plain = key.reveal() if hasattr(key, "reveal") else key
+        from pytest_laya.client.secret import revealed
+
+        plain = revealed(server.api_key)
         if plain:
             monkeypatch.setenv(self.api_key_env, plain)
         else:
