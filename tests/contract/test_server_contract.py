@@ -335,7 +335,7 @@ def test_the_summary_says_which_spec_the_server_is_held_to_and_why(pytester):
 
 def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
     # A target server in every way but one: it answers with its own request id, not the caller's.
-    [twin] = SERVER_TWINS["test_the_request_id_is_echoed"]
+    [twin] = [t for t in SERVER_TWINS["test_the_request_id_is_echoed"] if t.defect == "request-id-not-echoed"]
     with ScriptedServer(default=answering(twin)) as server:
         result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
                      f"--laya-api-key={TWIN_KEY}", "-k", "request_id_is_echoed")
