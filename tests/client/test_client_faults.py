@@ -191,11 +191,14 @@ def test_a_transport_passed_in_answers_as_the_clients_own_does():
     assert decision.answers["refund"].p == 0.9
 
 
-def test_a_redirect_is_never_followed(kind):
+@pytest.mark.parametrize("transport", ["the client's own", "passed in"])
+def test_a_redirect_is_never_followed(kind, transport):
     # Following it would send the state and the key wherever the Location points.
     elsewhere = Respond(307, b"", headers={"Location": "/v1/elsewhere"})
+    given = {} if transport == "the client's own" else {
+        "transport": httpx.HTTPTransport() if kind == "sync" else httpx.AsyncHTTPTransport()}
     with served(elsewhere, OK) as server:
-        error, _ = decide(kind, server.url, api_key="sk-redirect")
+        error, _ = decide(kind, server.url, api_key="sk-redirect", **given)
     assert isinstance(error, LayaCallError) and "HTTP 307" in str(error)
     assert [r.path for r in server.requests] == ["/v1/systemone"]
 
