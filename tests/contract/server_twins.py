@@ -431,33 +431,20 @@ def _batch_read_as_one_decision(fakes: Fakes, request: ReceivedRequest) -> Respo
     return _normal(fakes, request)
 
 
-def _batch_results_one_short(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    response = _normal(fakes, request)
-    if response.status != 200 or request.path != BATCH:
-        return response
-    body = _body(response)
-    body["results"] = body["results"][:1]
-    return _with_body(response, body)
+def _batch_results(change: Callable[[list[Any]], list[Any]]) -> Fault:
+    """A fault answering every 200 batch with `change` applied to its results; single decisions are whole."""
+    def fault(fakes: Fakes, request: ReceivedRequest) -> Respond:
+        response = _normal(fakes, request)
+        if response.status != 200 or request.path != BATCH:
+            return response
+        body = _body(response)
+        return _with_body(response, {**body, "results": change(body["results"])})
+    return fault
 
 
-def _batch_results_reversed(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    response = _normal(fakes, request)
-    if response.status != 200 or request.path != BATCH:
-        return response
-    body = _body(response)
-    body["results"] = body["results"][::-1]
-    return _with_body(response, body)
-
-
-def _batch_results_missing_an_answer(fakes: Fakes, request: ReceivedRequest) -> Respond:
-    # Each batch result leaves its last question unanswered; single decisions are whole.
-    response = _normal(fakes, request)
-    if response.status != 200 or request.path != BATCH:
-        return response
-    body = _body(response)
-    for result in body["results"]:
-        result["answers"].pop(list(result["answers"])[-1])
-    return _with_body(response, body)
+# Each batch result leaves its last question unanswered.
+_batch_results_missing_an_answer = _batch_results(
+    lambda results: [{**result, "answers": dict(list(result["answers"].items())[:-1])} for result in results])
 
 
 def _first_option_wins(answer: dict[str, Any]) -> None:
@@ -626,11 +613,11 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "the 401 to a request with a wrong bearer token shows a token (redacted here as ***)"),
     ),
     "test_batch_answers_each_state_as_alone": (
-        BrokenServer("batch-results-reversed", _batch_results_reversed, "state 0 alone and in the batch: question"),
+        BrokenServer("batch-results-reversed", _batch_results(lambda results: results[::-1]), "state 0 alone and in the batch: question"),
         BrokenServer("batch-results-missing-an-answer", _batch_results_missing_an_answer, "batch result 0: no answer for question(s) ['refund'] [bad_answer]"),
         BrokenServer("batch-read-as-one-decision", _batch_read_as_one_decision,
                      "POST /v1/systemone/batch with 2 states: expected HTTP 200, got HTTP 400"),
-        BrokenServer("batch-results-one-short", _batch_results_one_short,
+        BrokenServer("batch-results-one-short", _batch_results(lambda results: results[:1]),
                      "a batch of 2 states must get 2 results in order, got HTTP 200"),
     ),
 }
