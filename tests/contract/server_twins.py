@@ -476,6 +476,8 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         # first; the current spec allows any string, which leaves the check's own test.
         BrokenServer("health-status-degraded", _health_status_degraded,
                      'GET /health must be a JSON object with "status": "ok"', spec="current", flavor="laya-serve-0.4.15"),
+        BrokenServer("health-unavailable", _health_unavailable, "GET /health: expected HTTP 200, got HTTP 502",
+                     also_fails=("test_health_names_the_models_and_the_limits",)),
         # Under the target a server without /health fails, with the gap's words.
         BrokenServer("health-only-for-post", _health_another_methods_route,
                      "GET /health answered 405: the server has no /health; the target's health document says",
@@ -490,8 +492,6 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         BrokenServer("health-names-no-model", _health_saying(models={}),
                      "a serving server's /health must say ready: true and name at least one model, got ready True, "
                      "models []"),
-        BrokenServer("health-unavailable", _health_unavailable, "GET /health: expected HTTP 200, got HTTP 502",
-                     also_fails=("test_health_answers_status_ok",)),
         BrokenServer("health-crashes-while-decisions-read-it", _health_crashes,
                      "GET /health: expected HTTP 200, got HTTP 500", spec="current", flavor="laya-serve-0.4.15",
                      also_fails=("test_health_answers_status_ok",)),
