@@ -77,6 +77,11 @@ def test_a_measurement_never_fails_and_what_it_measured_is_in_the_summary(pytest
         {"loc": ["body", "questions", "mood", "type"], "msg": "question 'mood': unknown type", "type": "value_error"},
         {"loc": ["body", "questions", "team"], "msg": "question 'team': no criteria", "type": "value_error"}]}),
      "passed"),
+    # Pydantic's own errors: each question named only in its `loc`.
+    (Respond(422, {"detail": [
+        {"loc": ["body", "questions", "mood", "type"], "msg": "Input should be 'choice', 'score' or 'noul'",
+         "type": "literal_error"},
+        {"loc": ["body", "questions", "team", "criteria"], "msg": "Field required", "type": "missing"}]}), "passed"),
     # laya-serve names the first invalid question only.
     (Respond(422, {"detail": "question 'mood': unknown type 'ranking'"}), "xfailed"),
     # Text is no JSON detail: the current spec's violation fails the check before its words are read.
