@@ -26,6 +26,16 @@ from tests.helpers.servers import LayaServes
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture
+def proxy_from(monkeypatch):
+    """Sets HTTP_PROXY to the URL given, every other proxy variable (either case) unset: a
+    NO_PROXY of the machine's own would otherwise keep the proxy out of the test."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return lambda url: monkeypatch.setenv("HTTP_PROXY", url)
+
+
 @pytest.fixture(scope="session")
 def laya_serves():
     """`laya_serves(jev_strict=..., api_key=...)`: this process's shared laya-serve of that configuration."""

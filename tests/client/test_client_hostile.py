@@ -141,18 +141,6 @@ def test_a_trickled_head_on_a_new_connection_fails_at_the_deadline(kind):
 
 # --------------------------------------------------------------------------- a proxy from the environment
 
-_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-
-
-@pytest.fixture
-def proxy_from(monkeypatch):
-    """Sets HTTP_PROXY to the URL given (every other proxy variable, either case, unset)."""
-    for name in _PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    return lambda url: monkeypatch.setenv("HTTP_PROXY", url)
-
-
 def test_a_proxy_from_the_environment_carries_decisions_to_other_hosts(kind, proxy_from):
     # As httpx, curl and requests do: a service behind its network's proxy reaches its Laya.
     with ScriptedServer(OK) as proxy:

@@ -548,11 +548,11 @@ def test_the_suite_never_follows_a_redirect():
     assert answered.status == 307 and [r.path for r in server.requests] == ["/health"]
 
 
-def test_the_suite_goes_where_the_served_client_goes_whatever_the_proxy(monkeypatch):
+def test_the_suite_goes_where_the_served_client_goes_whatever_the_proxy(proxy_from):
     # Its raw requests and its decisions reach the same server: loopback directly, as the client does.
     with ScriptedServer(default=Respond(502, "the proxy was used\n")) as proxy, \
             ScriptedServer(default=Respond(200, {"status": "ok"})) as server:
-        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        proxy_from(proxy.url)
         with held(server.url) as suite:
             answered = suite.send("GET", "/health", observe=False)
     assert answered.status == 200 and proxy.requests == []
