@@ -40,11 +40,11 @@ class AsyncServedLayaClient(ClientBase):
         on_exchange: Callable[[Exchange], None] | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
-        api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
+        api_key = Secret.wrap(api_key)  # no frame holds the plain key
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
-        self._http = httpx.AsyncClient(transport=transport, follow_redirects=False, verify=ssl_context(),
-                                       mounts=LOOPBACK_DIRECT)
+        # httpx follows no redirect unless asked: the state and the key never go to a Location.
+        self._http = httpx.AsyncClient(transport=transport, verify=ssl_context(), mounts=LOOPBACK_DIRECT)
 
     async def decide(
         self,

@@ -44,18 +44,21 @@ class _DeadlineStream:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
+    # httpcore's `timeout` for each operation is never shorter than the time left (`_send` sets
+    # httpx's timeout to the time left when the attempt began), so only the time left is passed on.
+
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data: bytes = self._stream.read(max_bytes, _bounded(timeout))
+        data: bytes = self._stream.read(max_bytes, _time_left())
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _bounded(timeout))
+        self._stream.write(buffer, _time_left())
 
     def close(self) -> None:
         self._stream.close()
 
     def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _bounded(timeout)))
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _time_left()))
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
@@ -73,22 +76,18 @@ class _DeadlineBackend:
 
         self._backend = httpcore.SyncBackend()
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> _DeadlineStream:
-        return _DeadlineStream(self._backend.connect_tcp(host, port, _bounded(timeout), local_address,
-                                                         socket_options))
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, **options: Any) -> _DeadlineStream:
+        # The time left for httpcore's timeout (see _DeadlineStream); local_address and socket_options pass on.
+        return _DeadlineStream(self._backend.connect_tcp(host, port, _time_left(), **options))
 
 
-def _bounded(timeout: float | None) -> float | None:
-    """The time left of the current deadline, for one socket operation; httpcore's timeout once it is spent.
+def _time_left() -> float:
+    """The time left of the current attempt's deadline, for one socket operation; httpcore's timeout once it is spent.
 
-    httpx's own `timeout` for the operation is never shorter (`_send` sets it to the time left
-    when the attempt began), so it is used only outside an attempt. Which operation ran out does
-    not matter: the client classifies every timeout alike.
+    Only `_send` uses the client's pools, always inside a `_Bounded` block. Which operation ran
+    out does not matter: the client classifies every timeout alike.
     """
-    deadline: Deadline | None = getattr(_current, "deadline", None)
-    if deadline is None:
-        return timeout
+    deadline: Deadline = _current.deadline
     left = deadline.remaining()
     if left <= 0:
         import httpcore
@@ -110,7 +109,7 @@ class _Bounded:
         _current.deadline = self._deadline
 
     def __exit__(self, *exc: object) -> None:
-        _current.deadline = None
+        del _current.deadline
 
 
 def _bound_by_deadline(client: httpx.Client) -> httpx.Client:
@@ -229,14 +228,14 @@ class ServedLayaClient(ClientBase):
         on_exchange: Callable[[Exchange], None] | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
-        api_key = Secret.wrap(api_key) if isinstance(api_key, str) else api_key  # no frame holds the plain key
+        api_key = Secret.wrap(api_key)  # no frame holds the plain key
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
+        # httpx follows no redirect unless asked: the state and the key never go to a Location.
         if transport is None:
-            self._http = _bound_by_deadline(httpx.Client(follow_redirects=False, verify=ssl_context(),
-                                                         mounts=LOOPBACK_DIRECT))
+            self._http = _bound_by_deadline(httpx.Client(verify=ssl_context(), mounts=LOOPBACK_DIRECT))
         else:  # httpx itself then reads no proxy from the environment
-            self._http = httpx.Client(transport=transport, follow_redirects=False)
+            self._http = httpx.Client(transport=transport)
         # The client's own transport bounds every socket operation by the deadline; only a
         # transport passed in needs the watchdog (and its timer thread, one per attempt).
         self._watched = transport is not None

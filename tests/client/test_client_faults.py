@@ -42,17 +42,17 @@ DEADLINE_S = 1.0
 SLACK_S = 0.5  # CI machines have 2 busy cores; the deadline itself is what is asserted.
 
 
-def decide(kind: str, url: str, timeout_s: float = DEADLINE_S, **kwargs):
+def decide(kind: str, url: str, timeout_s: float = DEADLINE_S, state: str = "I was charged twice.", **kwargs):
     """Run one decision with the sync or async client; return (decision or error, seconds)."""
     started = time.monotonic()
     try:
         if kind == "sync":
             with ServedLayaClient(url, timeout_s=timeout_s, **kwargs) as client:
-                result = client.decide("I was charged twice.", QUESTIONS)
+                result = client.decide(state, QUESTIONS)
         else:
             async def run():
                 async with AsyncServedLayaClient(url, timeout_s=timeout_s, **kwargs) as client:
-                    return await client.decide("I was charged twice.", QUESTIONS)
+                    return await client.decide(state, QUESTIONS)
             result = asyncio.run(run())
     except (LayaCallError, LayaConfigError) as exc:
         result = exc

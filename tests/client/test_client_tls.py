@@ -20,6 +20,7 @@ import pytest
 
 from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient
 from tests.client.test_client_faults import ANSWER, DEADLINE_S, SLACK_S, decide
+from tests.client.test_client_stalled_sockets import decide_within
 from tests.helpers.pytester_runs import run
 
 TLS = Path(__file__).parents[1] / "data" / "tls"
@@ -141,7 +142,7 @@ def test_trust_follows_ssl_cert_file_as_it_is_when_a_client_is_built(kind, https
 
 
 def test_a_tls_handshake_that_never_answers_ends_at_the_deadline(kind, silent_listener):
-    error, elapsed = decide(kind, silent_listener)
+    error, elapsed = decide_within(kind, silent_listener)
     assert isinstance(error, LayaCallError) and error.code == "deadline_exceeded", error
     assert DEADLINE_S * 0.9 <= elapsed < DEADLINE_S + SLACK_S
 
