@@ -257,12 +257,7 @@ class _Compiler:
         return node
 
     def ref(self, ref: Any) -> Predicate:
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            raise _Unsupported(f"$ref {ref!r}")
-        fragment = unquote(ref[1:])
-        if fragment and not fragment.startswith("/"):
-            raise _Unsupported(f"anchor $ref {ref!r}")
-        return self.at(fragment)
+        return self.at(_local_pointer(ref))
 
     def at(self, pointer: str) -> Predicate:
         done = self.by_pointer.get(pointer)
@@ -286,11 +281,7 @@ class _Compiler:
 
     def target(self, ref: Any, seen: frozenset[str]) -> tuple[Any, frozenset[str]] | None:
         """The schema a local $ref points to, for compile-time analysis (None on a cycle)."""
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            raise _Unsupported(f"$ref {ref!r}")
-        fragment = unquote(ref[1:])
-        if fragment and not fragment.startswith("/"):
-            raise _Unsupported(f"anchor $ref {ref!r}")
+        fragment = _local_pointer(ref)
         if fragment in seen:
             return None
         return self.resolve(fragment), seen | {fragment}
@@ -791,6 +782,16 @@ class _Compiler:
                 if found is not _MISSING:
                     return found
         return _MISSING
+
+
+def _local_pointer(ref: Any) -> str:
+    """The JSON pointer of a `$ref` into this document (`#/...`, percent-decoded)."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        raise _Unsupported(f"$ref {ref!r}")
+    fragment = unquote(ref[1:])
+    if fragment and not fragment.startswith("/"):
+        raise _Unsupported(f"anchor $ref {ref!r}")
+    return fragment
 
 
 def _subschemas(value: Any, keyword: str) -> list[Any]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import decimal
+import enum
+import fractions
 import json
 import random
 from collections.abc import Iterator
@@ -323,6 +326,23 @@ def test_integer_accepts_whole_floats_but_never_bools():
     assert agree({"type": "array"}, [[], (), {}]) == [True, False, False]
 
 
+def test_numbers_json_never_produces_are_typed_as_jsonschema_types_them():
+    # A caller may validate objects built in Python (a Decimal, a Fraction, an IntEnum, a float
+    # subclass): the type tests' slow path answers as jsonschema's type checker, `not` included.
+    class Whole(float):
+        pass
+
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    exotic = [decimal.Decimal("1"), fractions.Fraction(1, 2), Level.LOW, Whole(2.0), Whole(2.5)]
+    assert agree({"type": "integer"}, exotic) == [False, False, True, True, False]
+    assert agree({"not": {"type": "integer"}}, exotic) == [True, True, False, False, True]
+    assert agree({"type": "number"}, exotic) == [True, True, True, True, True]
+    assert agree({"not": {"type": "number"}}, exotic) == [False, False, False, False, False]
+    assert agree({"type": "number", "maximum": 1}, exotic) == [True, True, True, False, False]
+
+
 def test_numeric_keywords_skip_bools_and_non_numbers():
     schema = {"minimum": 2, "maximum": 5, "exclusiveMaximum": 5.5, "exclusiveMinimum": 1}
     assert agree(schema, [2, 5, 1.99, 5.01, True, "0", None]) == [True, True, False, False, True, True, True]
@@ -490,6 +510,44 @@ def test_discriminator_dispatch_is_equivalent_to_trying_every_branch():
     # Without a discriminator (no dispatch) the answers are the same.
     plain = {"oneOf": schema["oneOf"]}
     assert agree(plain, instances, document) == expected
+
+
+def test_discriminator_dispatch_runs_only_the_branches_the_value_names():
+    # The module's promise: a discriminated oneOf/anyOf tries only the branches that pin the
+    # instance's value (and those that pin nothing), however a branch pins it: directly, through
+    # a $ref or an allOf, or with the property's own $ref or allOf. Each branch's "probe" format
+    # check runs before its pin is checked, so `calls` shows which branches were tried.
+    calls: list[str] = []
+    checks = {f"probe-{name}": (lambda value, name=name: calls.append(name) is None) for name in "uabcde"}
+
+    def probed(name: str, kind: Any) -> dict[str, Any]:
+        return {"properties": {"probe": {"format": f"probe-{name}"}, "kind": kind}}
+
+    document = {"defs": {"b": probed("b", {"const": "b"}), "kind_d": {"const": "d"}}}
+    branches = [
+        probed("u", {"type": "integer"}),                        # pins nothing
+        probed("a", {"const": "a"}),
+        {"$ref": "#/defs/b"},
+        {**probed("c", {}), "allOf": [{"properties": {"kind": {"const": "c"}}}]},
+        probed("d", {"$ref": "#/defs/kind_d"}),
+        probed("e", {"allOf": [{"minLength": 1}, {"const": "e"}]}),
+    ]
+    for keyword in ("oneOf", "anyOf"):
+        document["s"] = {"discriminator": {"propertyName": "kind"}, keyword: branches}
+        compiled = compile_schema(document, "/s", format_checks=checks)
+        assert compiled is not None
+        expected = reference(document, "/s").is_valid  # jsonschema ignores the probe formats
+        for value in "abcde":
+            calls.clear()
+            assert compiled({"kind": value, "probe": 1}) is expected({"kind": value, "probe": 1}) is True
+            assert calls == ["u", value], (keyword, value)
+        for value in ("z", 1, None):  # no branch pins it: only the branch that pins nothing
+            calls.clear()
+            assert compiled({"kind": value, "probe": 1}) is expected({"kind": value, "probe": 1}) is (value == 1)
+            assert calls == ["u"], (keyword, value)
+        calls.clear()  # no value to dispatch on: every branch, in order, as jsonschema tries them
+        assert compiled({"probe": 1}) is expected({"probe": 1}) is (keyword == "anyOf")
+        assert calls == (["u"] if keyword == "anyOf" else ["u", "a"])
 
 
 def test_format_uses_the_callers_checks():
