@@ -108,7 +108,11 @@ def uniq(container: Any) -> bool:
 
 
 class _Unsupported(Exception):
-    """Raised while compiling when the schema needs something not reproduced here."""
+    """Raised while compiling when the schema needs something not reproduced here.
+
+    It carries no reason: `compile_schema` answers None and the caller keeps jsonschema, which
+    judges that schema as it would have anyway, so no one reads why.
+    """
 
 
 def _true(x: Any) -> bool:
@@ -195,28 +199,28 @@ def _all(preds: list[Predicate]) -> Predicate:
     return conj
 
 
-def _number_value(value: Any, keyword: str) -> Any:
+def _number_value(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Unsupported(f"{keyword} {value!r}")
+        raise _Unsupported
     return value
 
 
-def _count_value(value: Any, keyword: str) -> int | float:
+def _count_value(value: Any) -> int | float:
     # jsonschema compares len(...) with the value; only plain non-negative integers are reproduced.
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             return value  # len(x) < 2.0 behaves as len(x) < 2
-        raise _Unsupported(f"{keyword} {value!r}")
+        raise _Unsupported
     return value
 
 
 def _regex(pattern: Any) -> re.Pattern[str]:
     if not isinstance(pattern, str):
-        raise _Unsupported(f"pattern {pattern!r}")
+        raise _Unsupported
     try:
         return re.compile(pattern)
-    except re.error as exc:
-        raise _Unsupported(f"pattern {pattern!r}: {exc}") from None
+    except re.error:
+        raise _Unsupported from None
 
 
 class _Compiler:
@@ -232,28 +236,28 @@ class _Compiler:
         """The node at `pointer` (already percent-decoded), as referencing finds it."""
         node: Any = self.document
         if isinstance(node, Mapping) and ("$id" in node or "$schema" in node):
-            raise _Unsupported("$id or $schema in the document root")
+            raise _Unsupported
         if not pointer:
             return node
         if not pointer.startswith("/"):
-            raise _Unsupported(f"pointer {pointer!r}")
+            raise _Unsupported
         for segment in pointer[1:].split("/"):
             if isinstance(node, list):
                 if not segment.isdigit() or not segment.isascii():
-                    raise _Unsupported(f"pointer {pointer!r}")
+                    raise _Unsupported
                 index = int(segment)
                 if index >= len(node):
-                    raise _Unsupported(f"pointer {pointer!r} points to nothing")
+                    raise _Unsupported
                 node = node[index]
             elif isinstance(node, Mapping):
                 key = segment.replace("~1", "/").replace("~0", "~")
                 if key not in node:
-                    raise _Unsupported(f"pointer {pointer!r} points to nothing")
+                    raise _Unsupported
                 node = node[key]
             else:
-                raise _Unsupported(f"pointer {pointer!r} points into a scalar")
+                raise _Unsupported
             if isinstance(node, Mapping) and "$id" in node:
-                raise _Unsupported(f"$id on the way to {pointer!r}")
+                raise _Unsupported
         return node
 
     def ref(self, ref: Any) -> Predicate:
@@ -294,10 +298,10 @@ class _Compiler:
         if schema is False:
             return _false
         if not isinstance(schema, Mapping):
-            raise _Unsupported(f"schema {schema!r}")
+            raise _Unsupported
         for key in schema:
             if key in _UNSUPPORTED:
-                raise _Unsupported(key)
+                raise _Unsupported
 
         parts: list[Predicate] = []
         generic: list[Predicate] = []
@@ -307,9 +311,9 @@ class _Compiler:
         if types is not _MISSING:
             names = [types] if isinstance(types, str) else types
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise _Unsupported(f"type {types!r}")
+                raise _Unsupported
             if any(n not in _TYPES for n in names):
-                raise _Unsupported(f"type {types!r}")
+                raise _Unsupported
             type_names = list(dict.fromkeys(names))
 
         obj = self.object_checks(schema)
@@ -367,7 +371,7 @@ class _Compiler:
         if "$ref" in schema:
             generic.append(self.ref(schema["$ref"]))
         if "allOf" in schema:
-            generic.append(_all([self.schema(s) for s in _subschemas(schema["allOf"], "allOf")]))
+            generic.append(_all([self.schema(s) for s in _subschemas(schema["allOf"])]))
         if "anyOf" in schema:
             generic.append(self.any_of(schema))
         if "oneOf" in schema:
@@ -381,7 +385,7 @@ class _Compiler:
 
     def format(self, name: Any) -> Predicate:
         if not isinstance(name, str) or name not in self.format_checks:
-            raise _Unsupported(f"format {name!r}")
+            raise _Unsupported
         check = self.format_checks[name]
 
         def fmt(x: Any) -> bool:
@@ -405,18 +409,18 @@ class _Compiler:
         if "required" in schema:
             required = schema["required"]
             if not isinstance(required, list):
-                raise _Unsupported(f"required {required!r}")
+                raise _Unsupported
             try:
                 names = frozenset(required)
             except TypeError:
-                raise _Unsupported(f"required {required!r}") from None
+                raise _Unsupported from None
             if names:
                 checks.append(lambda x, names=names: x.keys() >= names)
         if "minProperties" in schema:
-            low = _count_value(schema["minProperties"], "minProperties")
+            low = _count_value(schema["minProperties"])
             checks.append(lambda x, low=low: len(x) >= low)
         if "maxProperties" in schema:
-            high = _count_value(schema["maxProperties"], "maxProperties")
+            high = _count_value(schema["maxProperties"])
             checks.append(lambda x, high=high: len(x) <= high)
 
         props_given = "properties" in schema
@@ -432,7 +436,7 @@ class _Compiler:
         if "dependentRequired" in schema:
             deps = schema["dependentRequired"]
             if not isinstance(deps, Mapping) or not all(isinstance(v, list) for v in deps.values()):
-                raise _Unsupported("dependentRequired")
+                raise _Unsupported
             pairs = tuple((k, tuple(v)) for k, v in deps.items())
 
             def dependent_required(x: Any) -> bool:
@@ -447,7 +451,7 @@ class _Compiler:
         if "dependentSchemas" in schema:
             deps = schema["dependentSchemas"]
             if not isinstance(deps, Mapping):
-                raise _Unsupported("dependentSchemas")
+                raise _Unsupported
             dep_preds = tuple((k, self.schema(v)) for k, v in deps.items())
 
             def dependent_schemas(x: Any) -> bool:
@@ -462,11 +466,11 @@ class _Compiler:
     def property_checks(self, schema: Mapping[str, Any]) -> Predicate:
         props = schema.get("properties", {})
         if not isinstance(props, Mapping):
-            raise _Unsupported("properties")
+            raise _Unsupported
         preds = {k: self.schema(v) for k, v in props.items()}
         patterns = schema.get("patternProperties", {})
         if not isinstance(patterns, Mapping):
-            raise _Unsupported("patternProperties")
+            raise _Unsupported
         pattern_preds = tuple((_regex(p), self.schema(s)) for p, s in patterns.items())
         joined_text = "|".join(patterns)
         # jsonschema's find_additional_properties: one search with the joined patterns.
@@ -477,7 +481,7 @@ class _Compiler:
         elif additional is True or additional is False:
             extra = _true if additional else _false
         elif isinstance(additional, Mapping):
-            raise _Unsupported("additionalProperties is a non-dict mapping")
+            raise _Unsupported
         else:
             # jsonschema: `elif not aP and extras` -> falsy values forbid, truthy ones allow.
             extra = _true if additional else _false
@@ -549,14 +553,14 @@ class _Compiler:
     def array_checks(self, schema: Mapping[str, Any]) -> Predicate | None:
         checks: list[Predicate] = []
         if "minItems" in schema:
-            low = _count_value(schema["minItems"], "minItems")
+            low = _count_value(schema["minItems"])
             checks.append(lambda x, low=low: len(x) >= low)
         if "maxItems" in schema:
-            high = _count_value(schema["maxItems"], "maxItems")
+            high = _count_value(schema["maxItems"])
             checks.append(lambda x, high=high: len(x) <= high)
         prefix: tuple[Predicate, ...] = ()
         if "prefixItems" in schema:
-            prefix = tuple(self.schema(s) for s in _subschemas(schema["prefixItems"], "prefixItems"))
+            prefix = tuple(self.schema(s) for s in _subschemas(schema["prefixItems"]))
             if any(p is not _true for p in prefix):
                 def prefix_items(x: Any, prefix: tuple[Predicate, ...] = prefix) -> bool:
                     for pred, item in zip(prefix, x):
@@ -568,7 +572,7 @@ class _Compiler:
         if "items" in schema:
             items = schema["items"]
             if items is not True and items is not False and not isinstance(items, Mapping):
-                raise _Unsupported("items")
+                raise _Unsupported
             each = self.schema(items)
             start = len(prefix)
             if each is _false:
@@ -592,10 +596,10 @@ class _Compiler:
                     checks.append(all_items)
         if "contains" in schema:
             wanted = self.schema(schema["contains"])
-            least = _count_value(schema.get("minContains", 1), "minContains")
+            least = _count_value(schema.get("minContains", 1))
             most = schema.get("maxContains", _MISSING)
             if most is not _MISSING:
-                most = _count_value(most, "maxContains")
+                most = _count_value(most)
 
             def contains(x: Any) -> bool:
                 limit = len(x) if most is _MISSING else most
@@ -614,8 +618,8 @@ class _Compiler:
 
     def string_checks(self, schema: Mapping[str, Any]) -> Predicate | None:
         checks: list[Predicate] = []
-        low = _count_value(schema["minLength"], "minLength") if "minLength" in schema else None
-        high = _count_value(schema["maxLength"], "maxLength") if "maxLength" in schema else None
+        low = _count_value(schema["minLength"]) if "minLength" in schema else None
+        high = _count_value(schema["maxLength"]) if "maxLength" in schema else None
         if low is not None and high is not None:
             checks.append(lambda x: low <= len(x) <= high)
         elif low is not None:
@@ -631,29 +635,29 @@ class _Compiler:
         checks: list[Predicate] = []
         if "minimum" in schema and "maximum" in schema:
             # The common range check as one closure (`not x < low`, as jsonschema: NaN passes).
-            low = _number_value(schema["minimum"], "minimum")
-            high = _number_value(schema["maximum"], "maximum")
+            low = _number_value(schema["minimum"])
+            high = _number_value(schema["maximum"])
             checks.append(lambda x, low=low, high=high: not x < low and not x > high)
         elif "minimum" in schema:
-            low = _number_value(schema["minimum"], "minimum")
+            low = _number_value(schema["minimum"])
             checks.append(lambda x, low=low: not x < low)
         elif "maximum" in schema:
-            high = _number_value(schema["maximum"], "maximum")
+            high = _number_value(schema["maximum"])
             checks.append(lambda x, high=high: not x > high)
         if "exclusiveMinimum" in schema:
-            low = _number_value(schema["exclusiveMinimum"], "exclusiveMinimum")
+            low = _number_value(schema["exclusiveMinimum"])
             checks.append(lambda x, low=low: not x <= low)
         if "exclusiveMaximum" in schema:
-            high = _number_value(schema["exclusiveMaximum"], "exclusiveMaximum")
+            high = _number_value(schema["exclusiveMaximum"])
             checks.append(lambda x, high=high: not x >= high)
         if "multipleOf" in schema:
-            checks.append(_multiple_of(_number_value(schema["multipleOf"], "multipleOf")))
+            checks.append(_multiple_of(_number_value(schema["multipleOf"])))
         return _all(checks) if checks else None
 
     # -- oneOf / anyOf, with discriminator dispatch -------------------------------------
 
     def any_of(self, schema: Mapping[str, Any]) -> Predicate:
-        branches = [self.schema(s) for s in _subschemas(schema["anyOf"], "anyOf")]
+        branches = [self.schema(s) for s in _subschemas(schema["anyOf"])]
         if any(b is _true for b in branches):
             return _true
         dispatch = self.dispatch_table(schema, "anyOf", branches)
@@ -680,7 +684,7 @@ class _Compiler:
         return any_dispatched
 
     def one_of(self, schema: Mapping[str, Any]) -> Predicate:
-        branches = [self.schema(s) for s in _subschemas(schema["oneOf"], "oneOf")]
+        branches = [self.schema(s) for s in _subschemas(schema["oneOf"])]
         preds = tuple(branches)
 
         def exactly_one(x: Any, candidates: tuple[Predicate, ...] = preds) -> bool:
@@ -728,7 +732,7 @@ class _Compiler:
         prop = discriminator.get("propertyName")
         if not isinstance(prop, str):
             return None
-        pins = [self.pinned(s, prop, frozenset()) for s in _subschemas(schema[keyword], keyword)]
+        pins = [self.pinned(s, prop, frozenset()) for s in _subschemas(schema[keyword])]
         if all(p is _MISSING for p in pins):
             return None
         unpinned = tuple(b for b, p in zip(branches, pins) if p is _MISSING)
@@ -787,16 +791,16 @@ class _Compiler:
 def _local_pointer(ref: Any) -> str:
     """The JSON pointer of a `$ref` into this document (`#/...`, percent-decoded)."""
     if not isinstance(ref, str) or not ref.startswith("#"):
-        raise _Unsupported(f"$ref {ref!r}")
+        raise _Unsupported
     fragment = unquote(ref[1:])
     if fragment and not fragment.startswith("/"):
-        raise _Unsupported(f"anchor $ref {ref!r}")
+        raise _Unsupported
     return fragment
 
 
-def _subschemas(value: Any, keyword: str) -> list[Any]:
+def _subschemas(value: Any) -> list[Any]:
     if not isinstance(value, list):
-        raise _Unsupported(keyword)
+        raise _Unsupported
     return value
 
 
@@ -819,7 +823,7 @@ def _const(value: Any) -> Predicate:
 
 def _enum(values: Any) -> Predicate:
     if not isinstance(values, list):
-        raise _Unsupported("enum")
+        raise _Unsupported
     if values and all(type(v) is str for v in values):
         strings = frozenset(values)
         options = tuple(values)
