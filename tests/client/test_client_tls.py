@@ -27,19 +27,34 @@ TLS = Path(__file__).parents[1] / "data" / "tls"
 
 
 class _HttpsServer(ThreadingHTTPServer):
-    """Counts the connections it accepts, handshakes that fail included."""
+    """Counts the connections it accepts, handshakes that fail included.
+
+    Each handshake runs in its connection's thread with a time limit, never in the accept loop:
+    a client that stalls or breaks its side of the handshake cannot stop the server from
+    shutting down (the test then fails instead of hanging in its teardown).
+    """
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Answering)
         self.connections = 0
         self.paths: list[str] = []
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(TLS / "server.pem", TLS / "server.key")
-        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(TLS / "server.pem", TLS / "server.key")
 
     def get_request(self):  # type: ignore[no-untyped-def]
         self.connections += 1
         return super().get_request()
+
+    def finish_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        request.settimeout(5)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except OSError:  # ssl.SSLError included: the client refused the certificate, or stalled
+            return
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            tls.close()
 
 
 class _Answering(BaseHTTPRequestHandler):
