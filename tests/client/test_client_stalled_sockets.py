@@ -1,4 +1,4 @@
-"""Socket operations that never finish, each ended at the deadline.
+"""Socket operations that never finish, each ended at the deadline; a socket the server closed.
 
 A connect into a listener whose backlog is full never completes (the SYN is dropped); a request
 sent to a server that never reads it blocks once the socket buffers fill. Nothing but the
@@ -8,6 +8,7 @@ hang into a failure, and the fixtures' clean-up (closing the sockets) releases t
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -16,10 +17,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from pytest_laya import LayaCallError
-from pytest_laya.client import sync_client
+from pytest_laya import AsyncServedLayaClient, LayaCallError, ServedLayaClient
+from pytest_laya.client import RetryPolicy, sync_client
 from pytest_laya.faults import ScriptedServer
-from tests.client.test_client_faults import DEADLINE_S, OK, SLACK_S, decide
+from tests.client.test_client_faults import DEADLINE_S, OK, QUESTIONS, SLACK_S, decide
 
 HANG_S = DEADLINE_S + 10  # far past the deadline: a client still waiting then has no bound
 
@@ -146,3 +147,26 @@ def test_the_hang_guard_fails_a_decision_that_does_not_end(monkeypatch, full_bac
     with pytest.raises(pytest.fail.Exception, match="nothing bounded the stalled socket"):
         this.decide_within("sync", full_backlog)
     assert time.monotonic() - started < DEADLINE_S * 2 + SLACK_S
+
+
+def test_a_kept_alive_connection_the_server_closed_is_not_reused(kind):
+    # Between two decisions the server closes the idle connection. The pool must notice (it
+    # asks the stream whether the socket is readable) and connect again: reusing the dead
+    # socket fails the next attempt, which only a retry would hide.
+    with ScriptedServer(default=OK, idle_timeout_s=0.2) as server:
+        if kind == "sync":
+            with ServedLayaClient(server.url, timeout_s=DEADLINE_S, policy=RetryPolicy(max_retries=0)) as client:
+                client.decide("I was charged twice.", QUESTIONS)
+                time.sleep(0.6)
+                client.decide("I was charged twice.", QUESTIONS)
+        else:
+            async def twice() -> None:
+                async with AsyncServedLayaClient(server.url, timeout_s=DEADLINE_S,
+                                                 policy=RetryPolicy(max_retries=0)) as client:
+                    await client.decide("I was charged twice.", QUESTIONS)
+                    await asyncio.sleep(0.6)
+                    await client.decide("I was charged twice.", QUESTIONS)
+
+            asyncio.run(twice())
+    first, second = server.requests
+    assert first.connection_id != second.connection_id
