@@ -472,21 +472,16 @@ class _Compiler:
         if not isinstance(patterns, Mapping):
             raise _Unsupported
         pattern_preds = tuple((_regex(p), self.schema(s)) for p, s in patterns.items())
-        joined_text = "|".join(patterns)
-        # jsonschema's find_additional_properties: one search with the joined patterns.
-        joined = _regex(joined_text) if joined_text else None
         additional = schema.get("additionalProperties", True)
         if isinstance(additional, dict):
             extra = self.schema(additional)
-        elif additional is True or additional is False:
-            extra = _true if additional else _false
         elif isinstance(additional, Mapping):
             raise _Unsupported
         else:
             # jsonschema: `elif not aP and extras` -> falsy values forbid, truthy ones allow.
             extra = _true if additional else _false
 
-        if not pattern_preds and joined is None:
+        if not pattern_preds:
             checked = {k: p for k, p in preds.items() if p is not _true}
             if extra is _true:
                 if not checked:
@@ -530,21 +525,20 @@ class _Compiler:
             return open_with_schema
 
         lookup = dict(preds)
+        # jsonschema's find_additional_properties: one search with the joined patterns.
+        joined = _regex("|".join(patterns))
 
         def general(x: Any) -> bool:
             for name, value in x.items():
                 pred = lookup.get(name)
                 if pred is not None and not pred(value):
                     return False
-                if isinstance(name, str):
-                    for regex, pattern_pred in pattern_preds:
-                        if regex.search(name) and not pattern_pred(value):
-                            return False
-                    if pred is None and not (joined is not None and joined.search(name)) and not extra(value):
-                        return False
-                elif pattern_preds or joined is not None:
+                if not isinstance(name, str):
                     raise TypeError("a non-string key with patternProperties")  # as re.search would
-                elif pred is None and not extra(value):
+                for regex, pattern_pred in pattern_preds:
+                    if regex.search(name) and not pattern_pred(value):
+                        return False
+                if pred is None and not joined.search(name) and not extra(value):
                     return False
             return True
 
@@ -700,18 +694,13 @@ class _Compiler:
         if dispatch is None:
             return exactly_one
         prop, table, unpinned = dispatch
-        singles = {k: v[0] for k, v in table.items() if len(v) == 1}
 
         def one_dispatched(x: Any) -> bool:
             if isinstance(x, dict):
                 value = x.get(prop, _MISSING)
                 if value is not _MISSING:
-                    if isinstance(value, str):
-                        single = singles.get(value)
-                        if single is not None:
-                            return single(x)
-                        return exactly_one(x, table.get(value, unpinned))
-                    return exactly_one(x, unpinned)
+                    candidates = table.get(value, unpinned) if isinstance(value, str) else unpinned
+                    return exactly_one(x, candidates)
             return exactly_one(x)
 
         return one_dispatched
@@ -816,8 +805,6 @@ def _const(value: Any) -> Predicate:
     if type(value) is str:
         # equal(x, c) with c a str is `x is c or x == c`.
         return lambda x: x == value
-    if value is None:
-        return lambda x: x is None or equal(x, None)
     return lambda x: equal(x, value)
 
 

@@ -384,6 +384,17 @@ def test_pattern_searches_rather_than_matches():
     assert agree({"pattern": "^[0-9]+$"}, ["12", "12\n", "1a"]) == [True, True, False]
     assert agree({"patternProperties": {"^x-": {"type": "string"}}, "additionalProperties": False},
                  [{"x-a": "s"}, {"x-a": 1}, {"y": 1}, {}]) == [True, False, False, True]
+    # Two patterns: a property either one matches is not an additional one.
+    assert agree({"patternProperties": {"^x-": {}, "^y-": {"type": "string"}}, "additionalProperties": False},
+                 [{"x-a": 1}, {"y-b": "s"}, {"y-b": 1}, {"z": 1}, {"x-a": 1, "y-b": "s"}]) == [
+        True, True, False, False, True]
+
+
+def test_additional_properties_that_is_not_a_schema_forbids_when_falsy():
+    # jsonschema reads `additionalProperties: 0` as "no extras" and `1` as "any extras".
+    assert agree({"properties": {"a": {}}, "additionalProperties": 0}, [{"a": 1}, {"b": 1}]) == [True, False]
+    assert agree({"properties": {"a": {}}, "additionalProperties": 1}, [{"a": 1}, {"b": 1}]) == [True, True]
+    assert agree({"additionalProperties": None}, [{}, {"b": 1}]) == [True, False]
 
 
 def test_lengths_count_code_points():
@@ -515,39 +526,47 @@ def test_discriminator_dispatch_is_equivalent_to_trying_every_branch():
 def test_discriminator_dispatch_runs_only_the_branches_the_value_names():
     # The module's promise: a discriminated oneOf/anyOf tries only the branches that pin the
     # instance's value (and those that pin nothing), however a branch pins it: directly, through
-    # a $ref or an allOf, or with the property's own $ref or allOf. Each branch's "probe" format
-    # check runs before its pin is checked, so `calls` shows which branches were tried.
+    # a $ref or an allOf, with the property's own $ref (two hops) or allOf. Each branch's
+    # "probe" format check runs before its pin is checked, so `calls` shows which were tried.
     calls: list[str] = []
-    checks = {f"probe-{name}": (lambda value, name=name: calls.append(name) is None) for name in "uabcde"}
+    checks = {f"probe-{name}": (lambda value, name=name: calls.append(name) is None) for name in "unabcde"}
 
     def probed(name: str, kind: Any) -> dict[str, Any]:
         return {"properties": {"probe": {"format": f"probe-{name}"}, "kind": kind}}
 
-    document = {"defs": {"b": probed("b", {"const": "b"}), "kind_d": {"const": "d"}}}
-    branches = [
-        probed("u", {"type": "integer"}),                        # pins nothing
+    document: dict[str, Any] = {"defs": {
+        "b": probed("b", {"const": "b"}), "c_pin": {"properties": {"kind": {"const": "c"}}},
+        "kind_d": {"$ref": "#/defs/kind_d2"}, "kind_d2": {"const": "d"}, "kind_e": {"const": "e"},
+    }}
+    pinned = [
         probed("a", {"const": "a"}),
         {"$ref": "#/defs/b"},
-        {**probed("c", {}), "allOf": [{"properties": {"kind": {"const": "c"}}}]},
+        {**probed("c", {}), "allOf": [{"$ref": "#/defs/c_pin"}]},
         probed("d", {"$ref": "#/defs/kind_d"}),
-        probed("e", {"allOf": [{"minLength": 1}, {"const": "e"}]}),
+        probed("e", {"allOf": [{"minLength": 1}, {"$ref": "#/defs/kind_e"}]}),
     ]
+    # Pin nothing: "u" no const at all, "n" a const that is not a string.
+    unpinned = [probed("u", {"type": "integer"}), probed("n", {"const": 1})]
     for keyword in ("oneOf", "anyOf"):
-        document["s"] = {"discriminator": {"propertyName": "kind"}, keyword: branches}
-        compiled = compile_schema(document, "/s", format_checks=checks)
-        assert compiled is not None
-        expected = reference(document, "/s").is_valid  # jsonschema ignores the probe formats
-        for value in "abcde":
-            calls.clear()
-            assert compiled({"kind": value, "probe": 1}) is expected({"kind": value, "probe": 1}) is True
-            assert calls == ["u", value], (keyword, value)
-        for value in ("z", 1, None):  # no branch pins it: only the branch that pins nothing
-            calls.clear()
-            assert compiled({"kind": value, "probe": 1}) is expected({"kind": value, "probe": 1}) is (value == 1)
-            assert calls == ["u"], (keyword, value)
-        calls.clear()  # no value to dispatch on: every branch, in order, as jsonschema tries them
-        assert compiled({"probe": 1}) is expected({"probe": 1}) is (keyword == "anyOf")
-        assert calls == (["u"] if keyword == "anyOf" else ["u", "a"])
+        for branches, tried in ((unpinned + pinned, ["u", "n"]), (pinned, [])):
+            document["s"] = {"discriminator": {"propertyName": "kind"}, keyword: branches}
+            compiled = compile_schema(document, "/s", format_checks=checks)
+            assert compiled is not None
+            expected = reference(document, "/s").is_valid  # jsonschema ignores the probe formats
+            for value in "abcde":
+                calls.clear()
+                assert compiled({"kind": value, "probe": 1}) is expected({"kind": value, "probe": 1}) is True
+                assert calls == [*tried, value], (keyword, value)
+            for value in ("z", 1, None):  # no branch pins it: only those that pin nothing
+                instance = {"kind": value, "probe": 1}
+                calls.clear()
+                assert compiled(instance) is expected(instance), (keyword, value)
+                assert calls == (["u"] if (keyword, value, tried) == ("anyOf", 1, ["u", "n"]) else tried)
+            if tried:  # kind 1: "u" and "n" both match, so oneOf fails where anyOf holds
+                assert expected({"kind": 1, "probe": 1}) is (keyword == "anyOf")
+            calls.clear()  # no value to dispatch on: every branch in order, as jsonschema tries them
+            assert compiled({"probe": 1}) is expected({"probe": 1}) is (keyword == "anyOf")
+            assert calls == [*tried, *"abcde"][:1 if keyword == "anyOf" else 2]
 
 
 def test_format_uses_the_callers_checks():
@@ -576,6 +595,8 @@ def test_format_uses_the_callers_checks():
     {"type": "integr"},
     {"pattern": "("},
     {"minLength": "2"},
+    {"minimum": "2"},                   # jsonschema would compare the instance with a string
+    {"maximum": True},
     {"items": [{"type": "string"}]},
     {"allOf": {"type": "string"}},
     "not a schema",
