@@ -368,6 +368,20 @@ def test_const_and_enum_keep_1_and_true_apart():
     assert agree({"enum": [1, "a", None]}, [1, True, "a", None, 1.0, False]) == [True, False, True, True, True, False]
     assert agree({"enum": ["a", "b"]}, ["a", "c", 1, None, ["a"]]) == [True, False, False, False, False]
     assert agree({"enum": []}, [1]) == [False]
+    # Arrays and objects among the options (unhashable, so not the strings' set lookup).
+    assert agree({"enum": [[1], {"a": True}, 2]}, [[1], [True], {"a": True}, {"a": 1}, 2, "2"]) == [
+        True, False, True, False, True, False]
+
+
+def test_an_enum_of_strings_matches_a_str_subclass_as_jsonschema_does():
+    # A StrEnum member equals its value, so jsonschema's enum finds it; the set lookup is only
+    # for exact strs.
+    class Kind(enum.StrEnum):
+        A = "a"
+        Z = "z"
+
+    assert agree({"enum": ["a", "b"]}, [Kind.A, Kind.Z]) == [True, False]
+    assert agree({"const": "a"}, [Kind.A, Kind.Z]) == [True, False]
 
 
 def test_unique_items_uses_jsonschema_equality():
@@ -603,6 +617,36 @@ def test_format_uses_the_callers_checks():
 ])
 def test_unsupported_schemas_compile_to_none(schema):
     assert one(schema, format_checks={"uri-reference": CHECKS["uri-reference"]}) is None
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": 5},
+    {"type": 5},
+    {"dependentRequired": ["a"]},
+    {"dependentRequired": {"a": 5}},
+])
+def test_malformed_keyword_values_are_unsupported_rather_than_an_error(schema):
+    assert one(schema) is None
+
+
+@pytest.mark.parametrize("document", [
+    {"$schema": "https://json-schema.org/draft/2019-09/schema", "s": {"type": "string"}},
+    {"$id": "urn:elsewhere", "s": {"type": "string"}},
+    {"defs": {"$id": "urn:elsewhere", "s": {"type": "string"}}},   # an $id on the way
+], ids=["$schema at the root", "$id at the root", "$id on the way"])
+def test_a_document_that_moves_its_base_or_dialect_is_unsupported(document):
+    # Another dialect, or a base URI that references would resolve against: not reproduced.
+    pointer = "/defs/s" if "defs" in document else "/s"
+    assert compile_schema(document, pointer) is None
+    document = json.loads(json.dumps(document).replace("$id", "x-id").replace("$schema", "x-schema"))
+    assert compile_schema(document, pointer) is not None  # the same document without them compiles
+
+
+@pytest.mark.parametrize("ref", ["#/defs/list/x", "#/defs/list/2", "#/defs/list/-1", "#/defs/text/x", "#/defs/none"])
+def test_a_ref_that_points_nowhere_is_unsupported_rather_than_an_error(ref):
+    document = {"defs": {"list": [{"type": "string"}, {"type": "integer"}], "text": "a string"}, "s": {"$ref": ref}}
+    assert compile_schema(document, "/s") is None
+    assert compile_schema({**document, "s": {"$ref": "#/defs/list/1"}}, "/s") is not None
 
 
 def test_format_without_checks_is_unsupported():
