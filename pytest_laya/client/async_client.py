@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from pytest_laya.client.base import LOOPBACK_DIRECT, ClientBase, ssl_context
+from pytest_laya.client.base import ClientBase, loopback_direct, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
@@ -44,7 +44,8 @@ class AsyncServedLayaClient(ClientBase):
         url = RedactedUrl.wrap(url)  # type: ignore[assignment]  # nor a password in the URL
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
         # httpx follows no redirect unless asked: the state and the key never go to a Location.
-        self._http = httpx.AsyncClient(transport=transport, verify=ssl_context(), mounts=LOOPBACK_DIRECT)
+        self._http = httpx.AsyncClient(transport=transport, verify=ssl_context(),
+                                       mounts=loopback_direct(self.settings.url))
 
     async def decide(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 import ssl
 from collections.abc import Callable, Mapping
@@ -47,11 +48,24 @@ def _ssl_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-#: httpx ``mounts`` that send loopback requests straight to the server, whatever HTTP_PROXY,
-#: HTTPS_PROXY or ALL_PROXY say (other hosts follow them and NO_PROXY, as in httpx): the kit's
-#: fake and reference servers listen on loopback, which a proxy on another machine cannot
-#: reach. Go's net/http makes the same exception.
-LOOPBACK_DIRECT: Mapping[str, None] = {"all://localhost": None, "all://127.0.0.1": None, "all://[::1]": None}
+def loopback_direct(url: str) -> dict[str, None]:
+    """httpx ``mounts`` that send loopback requests straight to the server, whatever HTTP_PROXY,
+    HTTPS_PROXY or ALL_PROXY say (other hosts follow them and NO_PROXY, as in httpx).
+
+    The kit's fake and reference servers listen on loopback, which a proxy on another machine
+    cannot reach; Go's net/http makes the same exception. `localhost`, 127.0.0.1 and ::1 always,
+    and `url`'s own host when it is another loopback address (all of 127.0.0.0/8 is): httpx's
+    mount patterns name hosts, not networks.
+    """
+    mounts: dict[str, None] = {"all://localhost": None, "all://127.0.0.1": None, "all://[::1]": None}
+    try:
+        host = httpx.URL(url).host
+        loopback = ipaddress.ip_address(host).is_loopback
+    except (httpx.InvalidURL, ValueError):  # not a URL (the request says so), or a name, not an address
+        host, loopback = "", False
+    if loopback:
+        mounts[f"all://[{host}]" if ":" in host else f"all://{host}"] = None
+    return mounts
 
 
 class ClientBase:

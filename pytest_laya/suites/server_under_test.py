@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from pytest_laya.client import DECIDE_PATH, Exchange, ServedLayaClient
-from pytest_laya.client.base import LOOPBACK_DIRECT
+from pytest_laya.client.base import loopback_direct
 from pytest_laya.client.settings import redact_url
 from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
@@ -163,7 +163,8 @@ class ServerUnderTest:
         self.api_key = Secret.wrap(api_key)  # a Secret: printed as Secret('***'), revealed only to send
         self.timeout_s = timeout_s
         self._observe = observe
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, mounts=LOOPBACK_DIRECT)
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False,
+                                  mounts=loopback_direct(url))
         self._secrets = [self.api_key.reveal()] if self.api_key else []
         #: (where, expected) -> operation -> statuses of the responses that broke that target rule.
         self.rule_gaps: dict[tuple[str, str], dict[str, dict[int, None]]] = {}

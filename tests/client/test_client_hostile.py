@@ -151,13 +151,15 @@ def test_a_proxy_from_the_environment_carries_decisions_to_other_hosts(kind, pro
 
 
 def test_loopback_is_reached_directly_whatever_the_proxy(kind, proxy_from):
-    # The fake and reference servers listen on loopback, which a proxy elsewhere cannot reach.
-    with ScriptedServer(Respond(502, "the proxy was used\n")) as proxy, ScriptedServer(default=OK) as server:
+    # The fake and reference servers listen on loopback, which a proxy elsewhere cannot reach;
+    # so does a server on any other 127.0.0.0/8 address.
+    with ScriptedServer(Respond(502, "the proxy was used\n")) as proxy, ScriptedServer(default=OK) as server, \
+            ScriptedServer(default=OK, host="127.0.0.2") as elsewhere:
         proxy_from(proxy.url)
-        for url in (server.url, server.url.replace("127.0.0.1", "localhost")):
+        for url in (server.url, server.url.replace("127.0.0.1", "localhost"), elsewhere.url):
             decision, _ = decide(kind, url)
             assert not isinstance(decision, Exception), decision
-    assert proxy.requests == [] and len(server.requests) == 2
+    assert proxy.requests == [] and len(server.requests) == 2 and len(elsewhere.requests) == 1
 
 
 def test_the_deadline_holds_through_a_proxy(kind, proxy_from):

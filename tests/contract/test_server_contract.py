@@ -548,10 +548,11 @@ def test_the_suite_never_follows_a_redirect():
     assert answered.status == 307 and [r.path for r in server.requests] == ["/health"]
 
 
-def test_the_suite_goes_where_the_served_client_goes_whatever_the_proxy(proxy_from):
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_the_suite_goes_where_the_served_client_goes_whatever_the_proxy(proxy_from, host):
     # Its raw requests and its decisions reach the same server: loopback directly, as the client does.
     with ScriptedServer(default=Respond(502, "the proxy was used\n")) as proxy, \
-            ScriptedServer(default=Respond(200, {"status": "ok"})) as server:
+            ScriptedServer(default=Respond(200, {"status": "ok"}), host=host) as server:
         proxy_from(proxy.url)
         with held(server.url) as suite:
             answered = suite.send("GET", "/health", observe=False)
