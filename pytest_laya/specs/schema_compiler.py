@@ -33,6 +33,8 @@ from urllib.parse import unquote
 __all__ = ["compile_schema"]
 
 Predicate = Callable[[Any], bool]
+# A discriminated oneOf/anyOf: (property, its value -> the candidate branches, the branches that pin nothing).
+Dispatch = tuple[str, dict[str, tuple[Predicate, ...]], tuple[Predicate, ...]]
 
 # Keywords jsonschema validates with (Draft 2020-12) that this compiler reproduces. Any other
 # keyword jsonschema validates with makes the schema unsupported; keywords jsonschema does not
@@ -663,19 +665,7 @@ class _Compiler:
                     return True
             return False
 
-        if dispatch is None:
-            return any_branch
-        prop, table, unpinned = dispatch
-
-        def any_dispatched(x: Any) -> bool:
-            if isinstance(x, dict):
-                value = x.get(prop, _MISSING)
-                if value is not _MISSING:
-                    candidates = table.get(value, unpinned) if isinstance(value, str) else unpinned
-                    return any_branch(x, candidates)
-            return any_branch(x)
-
-        return any_dispatched
+        return any_branch if dispatch is None else _dispatched(any_branch, dispatch)
 
     def one_of(self, schema: Mapping[str, Any]) -> Predicate:
         branches = [self.schema(s) for s in _subschemas(schema["oneOf"])]
@@ -691,23 +681,11 @@ class _Compiler:
             return found
 
         dispatch = self.dispatch_table(schema, "oneOf", branches)
-        if dispatch is None:
-            return exactly_one
-        prop, table, unpinned = dispatch
-
-        def one_dispatched(x: Any) -> bool:
-            if isinstance(x, dict):
-                value = x.get(prop, _MISSING)
-                if value is not _MISSING:
-                    candidates = table.get(value, unpinned) if isinstance(value, str) else unpinned
-                    return exactly_one(x, candidates)
-            return exactly_one(x)
-
-        return one_dispatched
+        return exactly_one if dispatch is None else _dispatched(exactly_one, dispatch)
 
     def dispatch_table(
         self, schema: Mapping[str, Any], keyword: str, branches: list[Predicate]
-    ) -> tuple[str, dict[str, tuple[Predicate, ...]], tuple[Predicate, ...]] | None:
+    ) -> Dispatch | None:
         """For an object instance holding `prop`, the branches that can still match it.
 
         A branch pins the property when, among its conjunctive parts (itself, its `$ref`
@@ -775,6 +753,21 @@ class _Compiler:
                 if found is not _MISSING:
                     return found
         return _MISSING
+
+
+def _dispatched(combine: Callable[..., bool], dispatch: Dispatch) -> Predicate:
+    """`combine` (anyOf's or oneOf's, over given candidates or all branches) over only the
+    branches that can match an object holding the discriminating property's value."""
+    prop, table, unpinned = dispatch
+
+    def dispatched(x: Any) -> bool:
+        if isinstance(x, dict):
+            value = x.get(prop, _MISSING)
+            if value is not _MISSING:
+                return combine(x, table.get(value, unpinned) if isinstance(value, str) else unpinned)
+        return combine(x)
+
+    return dispatched
 
 
 def _local_pointer(ref: Any) -> str:
