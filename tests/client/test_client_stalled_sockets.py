@@ -21,6 +21,7 @@ from pytest_laya import AsyncServedLayaClient, LayaCallError, ServedLayaClient
 from pytest_laya.client import RetryPolicy, sync_client
 from pytest_laya.faults import ScriptedServer
 from tests.client.test_client_faults import DEADLINE_S, OK, QUESTIONS, SLACK_S, decide
+from tests.helpers.servers import silent_server
 
 HANG_S = DEADLINE_S + 10  # far past the deadline: a client still waiting then has no bound
 
@@ -51,29 +52,8 @@ def full_backlog() -> Iterator[str]:
 @pytest.fixture
 def unread_requests() -> Iterator[str]:
     """A loopback URL whose server accepts connections and never reads from them."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by accepted sockets
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        for conn in held:
-            conn.close()
-        listener.close()
+    with silent_server() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 # The async client's deadline (anyio.fail_after) does not depend on its transport; the sync

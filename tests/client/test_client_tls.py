@@ -9,7 +9,6 @@ there regenerates them).
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient
 from tests.client.test_client_faults import ANSWER, DEADLINE_S, SLACK_S, decide
 from tests.client.test_client_stalled_sockets import decide_within
 from tests.helpers.pytester_runs import run
+from tests.helpers.servers import silent_server
 
 TLS = Path(__file__).parents[1] / "data" / "tls"
 
@@ -89,28 +89,8 @@ def https_server() -> Iterator[_HttpsServer]:
 @pytest.fixture
 def silent_listener() -> Iterator[str]:
     """A loopback port that accepts connections and never says a word (no TLS handshake)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        for conn in held:
-            conn.close()
-        listener.close()
+    with silent_server() as port:
+        yield f"https://127.0.0.1:{port}"
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
-"""The one way the kit's tests start a reference server: on a free loopback port, ready."""
+"""The one way the kit's tests start a reference server: on a free loopback port, ready; and a
+loopback server that never says a word."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -73,3 +76,35 @@ class LayaServes:
 
     def close(self) -> None:
         self._stack.close()
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A loopback port (yielded) whose server accepts connections and never reads or writes.
+
+    Its receive buffer is small, so a large request stalls soon; nothing is answered, so a TLS
+    handshake never completes. The connections close when the block ends.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by accepted sockets
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
