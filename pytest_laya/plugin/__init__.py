@@ -75,10 +75,27 @@ def _overridden(item: pytest.Item, name: str) -> bool:
     return defs is not None and bool(defs) and getattr(defs[-1].func, "__module__", __name__) != __name__
 
 
+#: Where an xdist worker hands the controller the usage error it found at collection.
+_USAGE_ERROR_KEY = "pytest_laya_usage_error"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = _run(config)
     if run is None:
         return
+    try:
+        _check_items(run, items)
+    except pytest.UsageError as exc:
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is None:
+            raise
+        # An xdist worker's UsageError crashes its controller (INTERNALERROR, exit 3, the message
+        # lost): the worker runs nothing and hands the message over; the controller raises it.
+        workeroutput[_USAGE_ERROR_KEY] = str(exc)
+        items[:] = []
+
+
+def _check_items(run: LayaRun, items: list[pytest.Item]) -> None:
     for item in items:
         wanted = marker_options(item).get("server")  # typos fail the run at start-up, not one test at a time
         needs_url = run.mode in ("live", "record", "verify") and wanted in (None, "live")
@@ -167,10 +184,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """xdist controller: fold a finished worker's results into the run's totals."""
+    output = getattr(node, "workeroutput", None) or {}
+    if output.get(_USAGE_ERROR_KEY):
+        raise pytest.UsageError(output[_USAGE_ERROR_KEY])
     run = _run(node.config)
     if run is None:
         return
-    output = getattr(node, "workeroutput", None) or {}
     data = output.get(WORKEROUTPUT_KEY)
     if data is None:
         run.partial.append(f"worker {getattr(node, 'gateway', node)!s} sent no results" + (f" ({error})" if error else ""))

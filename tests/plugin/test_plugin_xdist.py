@@ -142,3 +142,21 @@ def test_conformance_rows_merge_exactly():
     assert target["headers_met"] < target["headers_seen"]  # the broken header stays broken after merging
     with pytest.raises(ValueError, match="cannot be merged exactly"):
         Conformance().merge_rows([{k: v for k, v in target.items() if k != "headers"}])
+
+
+@pytest.mark.parametrize(("tests", "args", "message"), [
+    ("@pytest.mark.laya(answrs={'q': 0.5})\ndef test_x(laya_server):\n    pass\n", (),
+     "ERROR: test_it.py::test_x: @pytest.mark.laya has no option 'answrs'; use *"),
+    ("def test_x(laya_server):\n    pass\n", ("--laya-record",), "ERROR: --laya-mode=record needs --laya-url URL*"),
+    ("def test_x(laya_server):\n    pass\n", ("--laya-record=missing",), "ERROR: --laya-mode=record needs --laya-url URL*"),
+], ids=["marker-typo", "record-without-url", "record-missing-without-url"])
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_usage_error_found_at_collection_is_one_line_and_exit_4_on_workers_too(pytester, monkeypatch, tests, args,
+                                                                                 message, workers):
+    """A worker's UsageError used to crash xdist's controller (INTERNALERROR, exit 3, message lost)."""
+    monkeypatch.delenv("LAYA_SERVED_URL", raising=False)
+    pytester.makepyfile(test_it="import pytest\n\n" + tests)
+    result = sub(pytester, *workers, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
