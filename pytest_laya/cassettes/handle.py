@@ -53,6 +53,9 @@ class CassetteHandle:
         # The recording scrubber learns credentials from Authorization headers as it goes.
         self._recording_scrub = scrubber or self._scrub
         self._provenance: dict[str, Any] = {}
+        #: Re-recorded unchanged, a cassette keeps its first recording date when that date is this
+        #: ISO day or later (None: always); an older one is written again with today's date.
+        self.keep_date_after: str | None = None
         if provenance:
             self.set_provenance(**dict(provenance))
 
@@ -168,7 +171,9 @@ class CassetteHandle:
             if old == text:
                 return "unchanged"
             old_date = recorded_date(self.path)
-            if old_date and old_date != date and old == render(requests, responses, self._metadata(old_date)):
+            keep = old_date is not None and old_date != date and (
+                self.keep_date_after is None or old_date >= self.keep_date_after)
+            if keep and old_date is not None and old == render(requests, responses, self._metadata(old_date)):
                 return "unchanged"  # same interactions: keep the date they were first recorded on
         atomic_write(self.path, text)
         return "written"

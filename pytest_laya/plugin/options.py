@@ -72,6 +72,14 @@ def add_options(parser: pytest.Parser) -> None:
                          "e.g. max_questions=32; wins over /health's limits and the spec's defaults. Repeatable.")
     group.addoption("--laya-verify-tolerance", type=float, default=None, metavar="X",
                     help="verify mode: how far a number (a probability) may move from its recording (default 1e-4).")
+    group.addoption("--laya-max-age", default=None, metavar="DAYS",
+                    help="fail each replayed test whose cassette was recorded more than DAYS days ago (or on no "
+                         "known day), naming the file and the command that records it again.")
+    group.addoption("--laya-max-age-warn", action="store_true", default=None,
+                    help="warn instead of failing for --laya-max-age and --laya-identity-check.")
+    group.addoption("--laya-identity-check", action="store_true", default=None,
+                    help="read /health of --laya-url once and fail each replayed test whose cassette was recorded "
+                         "from another checkpoint or revision (no request is replayed against it).")
     parser.addini("laya_mode", "default for --laya-mode", default="replay")
     parser.addini("laya_url", "default for --laya-url", default="")
     parser.addini("laya_spec", "default for --laya-spec", default="")
@@ -81,6 +89,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("laya_verify_tolerance", "default for --laya-verify-tolerance", default="")
     parser.addini("laya_conformance", "default for --laya-conformance", default="")
     parser.addini("laya_block_network", "default for --laya-block-network", type="bool", default=False)
+    parser.addini("laya_max_age", "default for --laya-max-age (days)", default="")
+    parser.addini("laya_max_age_warn", "default for --laya-max-age-warn", type="bool", default=False)
+    parser.addini("laya_identity_check", "default for --laya-identity-check", type="bool", default=False)
     parser.addini("laya_url_env", "an environment variable every Laya test gets the server's URL in "
                   "(e.g. LAYA_SERVED_URL), for a service that reads its URL from the environment", default="")
     parser.addini("laya_api_key_env", "the environment variable the server's API key goes in beside the URL "
@@ -124,9 +135,35 @@ def resolve(config: pytest.Config) -> LayaRun:
     run.prune = bool(opt.laya_prune)
     run.url_env = str(config.getini("laya_url_env") or "").strip() or None
     run.api_key_env = str(config.getini("laya_api_key_env") or "").strip() or "LAYA_SERVED_API_KEY"
+    run.max_age = _max_age(config)
+    run.max_age_warn = bool(opt.laya_max_age_warn if opt.laya_max_age_warn is not None
+                            else config.getini("laya_max_age_warn"))
+    run.identity_check = bool(opt.laya_identity_check if opt.laya_identity_check is not None
+                              else config.getini("laya_identity_check"))
+    if run.identity_check and not run.url:
+        raise pytest.UsageError("--laya-identity-check compares cassettes with a live server's /health: "
+                                "give its URL with --laya-url (or LAYA_SERVED_URL)")
     if run.url:
         _check_url(run)
     return run
+
+
+def _max_age(config: pytest.Config) -> int | None:
+    """--laya-max-age, else the ini key, else None; a bad value is a usage error."""
+    text = config.option.laya_max_age
+    where = "--laya-max-age"
+    if text is None:
+        text = str(config.getini("laya_max_age") or "").strip()
+        where = f"laya_max_age = {text!r} in the ini file"
+        if not text:
+            return None
+    try:
+        days = int(str(text).strip())
+    except ValueError:
+        days = -1
+    if days < 0:
+        raise pytest.UsageError(f"{where}: the most days a cassette may be old must be a whole number >= 0, e.g. 180")
+    return days
 
 
 def _url(url: str | None) -> str | None:

@@ -16,6 +16,7 @@ cassette was recorded under; else the ``Laya-Spec`` header of the response, else
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, claim_cassette, pytest_recording_clash
+from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 
@@ -270,6 +272,8 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
     from pytest_laya.intercept import LayaRoute
 
     server, kind, path = _choose(request, run, server)
+    if kind == "replay" and path is not None:
+        check_freshness(request, run, path)
     route = TestRoute(nodeid=request.node.nodeid, server=server, kind=kind, cassette_path=path, enforce=primary)
     if primary:
         request.node.stash[ROUTE] = route
@@ -316,6 +320,10 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
         if route.kind == "record" and not failed:
             _set_recorded_provenance(run, route, check)
             problems.extend(_changed_answers(run, route))
+        if route.kind == "record" and run.max_age is not None:
+            from pytest_laya.cassettes.freshness import today
+
+            handle.keep_date_after = (today() - datetime.timedelta(days=run.max_age)).isoformat()
         if route.kind in ("replay", "record"):
             outcome = handle.finish(failed=failed)
             run.count_cassette(outcome)

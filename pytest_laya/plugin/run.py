@@ -86,6 +86,12 @@ class LayaRun:
     tests: list[dict[str, Any]] = field(default_factory=list)
     #: Cassettes deleted by --laya-prune, relative to the rootdir.
     pruned: list[str] = field(default_factory=list)
+    #: --laya-max-age (days; None: no limit), --laya-max-age-warn, --laya-identity-check; and the
+    #: stale cassettes found (one record each: test, cassette, kind, reason, recorded, age_days).
+    max_age: int | None = None
+    max_age_warn: bool = False
+    identity_check: bool = False
+    stale: list[dict[str, Any]] = field(default_factory=list)
     _switchboard: Switchboard | None = field(default=None, repr=False)
     _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
 
@@ -206,6 +212,7 @@ class LayaRun:
             "notes": {section: list(lines) for section, lines in self.notes.items()},
             "tests": list(self.tests),
             "owners": {str(path): owner for path, owner in self.cassette_owners.items()},
+            "stale": list(self.stale),
         }
 
     def merge(self, data: Mapping[str, Any]) -> None:
@@ -226,6 +233,7 @@ class LayaRun:
             for line in lines:
                 self.note(section, line)
         self.tests.extend(data.get("tests", ()))
+        self.stale.extend(data.get("stale", ()))
         for path, owner in data.get("owners", {}).items():
             mine = self.cassette_owners.setdefault(Path(path), owner)
             if mine != owner:  # two workers' tests wrote one file: only one test's interactions survive

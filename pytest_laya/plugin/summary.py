@@ -37,6 +37,7 @@ def summary(run: LayaRun) -> dict[str, Any]:
         "tests": sorted(run.tests, key=lambda record: record["test"]),
         "verify": run.verify.results if run.verify else None,
         "notes": {section: list(lines) for section, lines in run.notes.items()},
+        "stale_cassettes": sorted(run.stale, key=lambda record: (record["cassette"], record["kind"])),
     }
 
 
