@@ -38,7 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="check", parser_class=_OneLineParser)
     commands.required = True
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
-                                description="Run the HTTP contract of a served Laya against URL; exit with pytest's status.")
+                                usage=USAGE, description="Run the HTTP contract of a served Laya against URL; exit "
+                                                         "with pytest's status.",
+                                epilog="Arguments after -- go to pytest unchanged, e.g. -- -k health -v, -- -n 2, "
+                                       "-- --laya-report report.json.")
     check.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     check.add_argument("--spec", choices=("auto", "current", "target"), default="auto",
                        help="the spec the server is held to (default auto: the one it claims in its Laya-Spec "
@@ -70,7 +73,8 @@ def pytest_arguments(url: str, *, spec: str = "auto", api_key: str | None = None
         "-p", "no:cacheprovider", "-p", "no:asyncio",
         # How the run speaks to a user of this command (its flags, its header).
         "-p", CHECK_PLUGIN,
-        "-ra",
+        # Its own short summary (names and reasons, not paths into the installed suite).
+        "-rN",  # = check_command.REPORT_CHARS
         # `python -m pytest_laya` imported the package before pytest could mark it for rewriting.
         "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",
     ]

@@ -36,6 +36,7 @@ from pytest_laya.specs import Spec
 from pytest_laya.specs.conformance import SpecViolationError
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
+from pytest_laya.wire.problems import printable
 
 __all__ = [
     "LIMIT_NAMES",
@@ -305,7 +306,7 @@ class ServerUnderTest:
         media = exchange.headers.get("content-type", "no Content-Type")
         body = exchange.body[:_BODY_SHOWN].decode("utf-8", "replace")
         more = "..." if len(exchange.body) > _BODY_SHOWN else ""
-        return self.redact(f"HTTP {exchange.status} {media}: {body}{more}")
+        return self.redact(printable(f"HTTP {exchange.status} {media}: {body}") + more)
 
     def rule_gap_lines(self) -> list[str]:
         lines = []

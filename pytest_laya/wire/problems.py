@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "ServerError", "read_server_error", "PROBLEM_MEDIA_TYPE", "PROBLEM_STATUS", "PROBLEM_TITLES"]
+__all__ = ["Problem", "ServerError", "printable", "read_server_error", "PROBLEM_MEDIA_TYPE", "PROBLEM_STATUS", "PROBLEM_TITLES"]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -73,11 +73,19 @@ class ServerError:
     is_problem: bool = False
 
 
+def printable(text: str) -> str:
+    """A server's text as a message shows it: control and other unprintable characters escaped
+    (``\\x00``, ``\\x1b``, ``\\n``), so a server's bytes never reach a terminal raw."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text[:_MAX_DETAIL] + ("..." if len(text) > _MAX_DETAIL else "")
 
 

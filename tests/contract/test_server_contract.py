@@ -732,3 +732,36 @@ def test_a_broken_success_fails_at_once_and_broken_refusals_wait_each_on_its_own
     assert waiting == "\n".join(expected) and waiting.count("breaks the target spec") == 2
     assert str(failed.value).startswith("POST /v1/systemone -> 200 breaks the target spec")
     assert not failed.value.pytrace  # the violations alone, no traceback into the kit
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_failed_check_is_named_with_its_reason_in_80_columns_and_the_servers_bytes_escaped(pytester, monkeypatch,
+                                                                                           workers):
+    monkeypatch.setenv("COLUMNS", "80")
+    fake = FakeLayaServer()
+
+    def raw_bytes_for_bad_json(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if request.path == "/v1/systemone" and response.status == 400:
+            return Respond(404, b"nope\x00\x1b[31mred", headers={"Content-Type": "text/plain"})
+        return response
+
+    with ScriptedServer(default=raw_bytes_for_bad_json) as broken:
+        result = pytester.runpytest_subprocess(*pytest_arguments(broken.url, extra=[*workers, "-k", "malformed_json"]))
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    summary = out.split("short test summary info")[1].splitlines()[1:]
+    assert summary[0].endswith("FAILED test_malformed_json_is_a_400")  # the check's name, no path
+    reason = " ".join(line.strip() for line in summary[1:3])
+    assert reason == ("a body that is not valid JSON: expected HTTP 400 malformed_request, got HTTP 404 "
+                      "text/plain: nope\\x00\\x1b[31mred")
+    assert all(len(line) <= 80 for line in summary)
+    assert "\x00" not in out and "\x1b[31mred" not in out and "server.py" not in out
+
+
+def test_check_help_shows_the_pytest_passthrough(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "[-- PYTEST_ARGS...]" in out and "Arguments after -- go to pytest unchanged" in out

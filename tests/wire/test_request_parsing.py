@@ -97,3 +97,12 @@ def test_any_json_object_reads_the_same_with_either_parser(body, ensure_ascii, i
     finally:
         validation.orjson = original
     assert _outcome(raw) == expected
+
+
+def test_a_servers_words_are_shown_with_control_characters_escaped():
+    # A server's NUL or escape sequence never reaches a terminal raw, in any message that quotes it.
+    from pytest_laya.wire.problems import printable, read_server_error
+
+    assert read_server_error(500, "text/plain", b"boom\x00\x1b[31mred").detail == "boom\\x00\\x1b[31mred"
+    assert read_server_error(422, "application/json", b'{"detail": "bad \\u0007 q"}').detail == "bad \\x07 q"
+    assert printable("caf\u00e9 \u2014 ok") == "caf\u00e9 \u2014 ok"
