@@ -13,7 +13,12 @@ import sys
 
 from .settings import Limits, ServerSettings, check_api_key
 
-__all__ = ["main", "parse_checkpoints", "fit_fd_limit"]
+__all__ = ["main", "missing_modules", "parse_checkpoints", "fit_fd_limit"]
+
+#: What the server imports from the reference extra (pytest-laya[reference]), checked before any
+#: of it loads, so a core install gets one line saying what to install, not a traceback.
+EXTRA_MODULES = ("starlette", "uvicorn", "laya", "torch")
+INSTALL_EXTRA = "pip install 'pytest-laya[reference]'"
 
 #: Descriptors kept for everything but client connections: the listener, the event loop, log
 #: files, checkpoint files, torch's and the threads' own (an idle server holds about 10).
@@ -67,6 +72,13 @@ def parse_checkpoints(values: list[str]) -> dict[str, str]:
             raise argparse.ArgumentTypeError(f"--checkpoint: the name {name!r} is given twice; use NAME=DIR")
         checkpoints[name] = source
     return checkpoints
+
+
+def missing_modules() -> list[str]:
+    """The reference extra's modules this Python cannot import (found without importing them)."""
+    import importlib.util
+
+    return [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
 def _env_switch(name: str) -> bool:
@@ -130,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.show_checkpoint:
         print(embedded_checkpoint_dir())
         return 0
+    missing = missing_modules()
+    if missing:
+        parser.exit(2, f"laya-reference-server: error: the reference server needs the reference extra, and "
+                       f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {INSTALL_EXTRA} "
+                       f"(in a checkout: pip install -e '.[reference]'; on a machine without a GPU, "
+                       f"pip install torch==2.13.0 first)\n")
     for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch),
                         ("--passes", args.passes), ("--max-body-reads", args.max_body_reads),
                         ("--max-connections", args.max_connections), ("--max-request-tokens", args.max_request_tokens),

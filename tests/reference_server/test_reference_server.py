@@ -499,3 +499,16 @@ def test_a_batch_over_the_state_limit_is_413(plain):
     assert (r.status_code, r.json()["code"]) == (413, "too_large")
     r = conforms(post(plain.url, {"states": [], "questions": QUESTIONS}, path="/v1/systemone/batch"))
     assert (r.status_code, r.json()["code"]) == (400, "malformed_request")
+
+
+@pytest.mark.parametrize("absent", [("starlette",), ("starlette", "uvicorn", "laya", "torch")])
+def test_without_the_reference_extra_the_server_says_what_to_install(absent):
+    # A core install: the extra's modules cannot be imported (as if never installed).
+    code = (f"import sys\nfor name in {absent!r}:\n    sys.modules[name] = None\n"
+            "from reference_server.__main__ import main\nsys.exit(main(['--port', '0']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed" in done.stderr
+    assert "pip install 'pytest-laya[reference]'" in done.stderr
