@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pytest_laya.wire.decision import SUM_TOLERANCE, Decision
+from pytest_laya.wire.answer_rules import TIE_TOLERANCE, distribution_breaks, expectation_tolerance, finite_number
+from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
 from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
 from pytest_laya.wire.samples import SampleRequest, sample_request
@@ -123,21 +124,17 @@ ScriptedModelFactory = Callable[[Mapping[str, Any]], Any]
 
 
 def _unit(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-            and 0.0 <= value <= 1.0)
+    number = finite_number(value)
+    return number is not None and 0.0 <= number <= 1.0
 
 
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return finite_number(value) is not None
 
 
 def _distribution_problems(where: str, probs: Mapping[Any, Any]) -> list[str]:
-    problems = [f"{where}: probability of {k!r} is {p!r}, outside [0, 1]" for k, p in probs.items() if not _unit(p)]
-    if not problems:
-        total = math.fsum(probs.values())
-        if abs(total - 1.0) > SUM_TOLERANCE:
-            problems.append(f"{where}: probabilities sum to {total:.4f}, not 1 within {SUM_TOLERANCE}")
-    return problems
+    # The answer rules' probability-range and probabilities-sum, as the client applies them.
+    return [f"{where}: {found.detail}" for found in distribution_breaks((), probs)]
 
 
 def _most_probable(probs: Mapping[Any, float]) -> float:
@@ -163,7 +160,7 @@ def _choice_problems(q: AskedQuestion, a: Any, checks: Iterable[str]) -> list[st
             problems.append(f"{where}: chose {key!r}, which the question never offered ({list(q.option_keys)})")
         elif key not in probs or not _number(probs[key]):
             problems.append(f"{where}: chose {key!r} but gave it no probability")
-        elif probs[key] < _most_probable(probs) - 1e-9:
+        elif probs[key] < _most_probable(probs) - TIE_TOLERANCE:
             top = max(probs, key=lambda k: probs[k])
             problems.append(f"{where}: chose {key!r} (p={probs[key]}) but {top!r} is more probable (p={probs[top]})")
     return problems
@@ -183,11 +180,11 @@ def _score_problems(q: AskedQuestion, a: Any) -> list[str]:
     level, expected = getattr(a, "level", None), getattr(a, "expected", None)
     if level not in probs:
         problems.append(f"{where}: level {level!r} is not one of the levels {levels}")
-    elif probs[level] < _most_probable(probs) - 1e-9:
+    elif probs[level] < _most_probable(probs) - TIE_TOLERANCE:
         top = max(probs, key=lambda k: probs[k])
         problems.append(f"{where}: level {level} (p={probs[level]}) is not the most probable; level {top} is (p={probs[top]})")
     mean = math.fsum(i * p for i, p in probs.items())
-    bound = SUM_TOLERANCE * max(1, len(levels) - 1) + 1e-3
+    bound = expectation_tolerance(len(levels))
     if expected is None or not _number(expected):
         problems.append(f"{where}: expected level must be a number, got {expected!r}")
     elif not -1e-9 <= expected <= levels[-1] + 1e-9 or abs(expected - mean) > bound:

@@ -264,6 +264,11 @@ class DecisionCall:
             served_by = parse_served_by(body.get("served_by"))
         except LayaError as exc:
             raise self.error(exc, 200) from None
+        except (ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as exc:
+            # The rules are meant to refuse every malformed answer first; should one slip past
+            # them, the caller still gets the documented error, not a raw one.
+            raise self.error(LayaCallError(f"the answer could not be read ({type(exc).__name__})",
+                                           code="bad_answer"), 200) from exc
         routing = body.get("routing") if isinstance(body.get("routing"), Mapping) else None
         routed = routing.get("model") if routing else None
         if self.model is not None and isinstance(routed, str) and routed != self.model:

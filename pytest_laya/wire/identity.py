@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_laya.wire.answer_rules import shown
 from pytest_laya.wire.errors import LayaCallError
 
 __all__ = ["ServedIdentity", "parse_served_by", "local_checkpoint_revision"]
@@ -40,7 +41,7 @@ def parse_served_by(raw: Any) -> ServedIdentity | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or not isinstance(raw.get("checkpoint"), str) or not raw["checkpoint"]:
-        raise LayaCallError(f"served_by must be an object naming a checkpoint, got {raw!r}", code="bad_response")
+        raise LayaCallError(f"served_by must be an object naming a checkpoint, got {shown(raw)}", code="bad_response")
     compiled = raw.get("compiled")
     return ServedIdentity(
         checkpoint=raw["checkpoint"],
