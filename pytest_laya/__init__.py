@@ -51,6 +51,10 @@ _EXPORTS = {
     "ServerHandle": "pytest_laya.servers",
     "LayaServeProcess": "pytest_laya.servers",
     "use_cassette": "pytest_laya.cassettes",
+    "CassetteError": "pytest_laya.cassettes.errors",
+    "CassetteMiss": "pytest_laya.cassettes.errors",
+    "CassetteMissing": "pytest_laya.cassettes.errors",
+    "NetworkBlocked": "pytest_laya.intercept.switchboard",
     "DecisionModel": "pytest_laya.models",
     "ServedLayaModel": "pytest_laya.models",
     "LayaModel": "pytest_laya.models",
@@ -61,10 +65,12 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import use_cassette
+    from pytest_laya.cassettes.errors import CassetteError, CassetteMiss, CassetteMissing
     from pytest_laya.client import AsyncServedLayaClient, ServedLayaClient
     from pytest_laya.contract import DecisionModelContract
     from pytest_laya.fake import FakeLaya, FakeLayaServer
     from pytest_laya.faults import ScriptedServer
+    from pytest_laya.intercept.switchboard import NetworkBlocked
     from pytest_laya.models import DecisionModel, LayaModel, ServedLayaModel
     from pytest_laya.servers import LayaServeProcess, ServerHandle
     from pytest_laya.specs import Spec, SpecError, SpecViolationError, Violation

@@ -453,6 +453,7 @@ class FakeLaya:
         retry_after: int | None = None,
         request_id: str | None = None,
         questions: Any = None,
+        code: str | None = None,
     ) -> Exchange:
         """A spec-correct error response with `status`, as the flavor's server words it.
 
@@ -461,17 +462,27 @@ class FakeLaya:
         ``{"detail": ...}`` with laya-serve's text, and omni-jev's text/plain for 502 and 504.
         503 always carries Retry-After (1 s unless `retry_after` says otherwise); other statuses
         carry it when `retry_after` is given. A status with no documented meaning gets a
-        generic body.
+        generic body. `code` (target flavour) picks the problem code, which must be one of `status`'s.
         """
         if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
             raise ValueError(f"status must be an error status 400..599, got {status!r}")
+        if code is not None:
+            from pytest_laya.wire.problems import PROBLEM_STATUS
+
+            codes = [name for name, number in PROBLEM_STATUS.items() if number == status]
+            if self.flavor != TARGET:
+                raise ValueError(f"code={code!r}: the {self.flavor} flavour sends no problem codes; leave code out")
+            if code not in codes:
+                raise ValueError(f"code={code!r} is not a problem code of HTTP {status}; use "
+                                 + (", ".join(map(repr, codes)) if codes else "none (leave code out)"))
         if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, int) or retry_after < 0):
             raise ValueError(f"retry_after must be whole seconds >= 0, got {retry_after!r}")
         if retry_after is None and status == 503:
             retry_after = 1
         extra = {"Retry-After": str(retry_after)} if retry_after is not None else {}
         first = next(iter(questions), None) if isinstance(questions, Mapping) else None
-        return self._flavour.refusal(self, status, detail=detail, extra=extra, request_id=request_id, first=first)
+        return self._flavour.refusal(self, status, detail=detail, extra=extra, request_id=request_id, first=first,
+                                     code=code)
 
 
 def _bearer_matches(header: str | None, api_key: str) -> bool:

@@ -174,9 +174,11 @@ class _TargetFlavour:
         return problem.status, out, problem.document(request_id)
 
     def refusal(self, laya: FakeLaya, status: int, *, detail: str | None, extra: dict[str, str],
-                request_id: str | None, first: Any) -> Exchange:
+                request_id: str | None, first: Any, code: str | None = None) -> Exchange:
         extra = {**extra, SPEC_HEADER: TARGET}
         rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
+        if code is not None:
+            return self.problem(Problem(code, detail or f"scripted by the test ({code})"), rid, extra)
         code = _SCRIPTED_CODE.get(status)
         scripted = f"scripted by FakeLayaServer.status({status})"
         if code == "invalid_question" and not isinstance(first, str):
@@ -276,7 +278,7 @@ class _LayaServeFlavour:
         return {"model": laya.model, "repo": laya.model, "reason": reason, "detection": None, "workflow": None}
 
     def refusal(self, laya: FakeLaya, status: int, *, detail: str | None, extra: dict[str, str],
-                request_id: str | None, first: Any) -> Exchange:
+                request_id: str | None, first: Any, code: str | None = None) -> Exchange:
         if status in _PROXY_TEXT:
             text = detail if detail is not None else _PROXY_TEXT[status]
             return status, {"Content-Type": "text/plain; charset=utf-8", **extra}, text

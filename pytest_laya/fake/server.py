@@ -32,6 +32,7 @@ from pytest_laya.wire.headers import (
 from pytest_laya.wire.routes import JSON_MEDIA_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.fake.in_memory import FaultSteps
     from pytest_laya.fake.shim import InProcessHost
     from pytest_laya.fake.transport import FakeLayaTransport
 
@@ -73,7 +74,10 @@ class FakeLayaServer:
             raise ValueError("api_key must be a non-empty string or None")
         self.laya = FakeLaya(model=model, revision=revision, flavor=flavor)
         self._api_key = api_key
-        self._server = ScriptedServer(default=self._dispatch, host=host, port=port)
+        self._server = ScriptedServer(default=self._default, host=host, port=port)
+        #: A test's scripted faults (`FaultSteps`), taken by decision calls that reach the port
+        #: while no fault-script action is queued (the plugin's `laya_server` sets them per test).
+        self.steps: FaultSteps | None = None
 
     # ----------------------------------------------------------------- lifecycle and state
 
@@ -298,6 +302,11 @@ class FakeLayaServer:
             self.laya.record(request, None, fault=fault)
             return action
         return record
+
+    def _default(self, request: ReceivedRequest) -> Action:
+        steps = self.steps
+        action = steps.socket_action(request, self._dispatch) if steps is not None else None
+        return action if action is not None else self._dispatch(request)
 
     def _dispatch(self, request: ReceivedRequest, fault: str | None = None) -> Respond:
         try:

@@ -4,11 +4,17 @@ A route owns the test's cassette (replay or record) or a capture (live, fake and
 servers: every exchange goes to the server and is kept in memory, never saved). Every exchange
 on the route becomes an `Exchange` handed to its observer (the plugin's spec check) and is kept
 in `exchanges`; every error raised on the route (a cassette miss, a spec violation) is kept in
-`errors` too, so a test whose code swallowed it still fails at teardown.
+`errors` too, so a test whose code swallowed it still fails at teardown. Every decision request
+is a `Call` in `calls`, in the order sent, answered or not (`Call.outcome` says which).
+
+A route's cassette may also answer in memory (the fake's `InMemoryFake`): it plays every
+request, and an error it raises with a ``laya_fault`` attribute is a fault the test scripted
+(a timeout): the client gets it, the call records it, and the test is not failed for it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,6 +101,10 @@ class _CaseInsensitive(dict[str, str]):
         return isinstance(key, str) and super().__contains__(key.lower())
 
 
+def _is_call(request: Any) -> bool:
+    return str(request.method).upper() == "POST" and urlsplit(request.uri).path in (DECIDE_PATH, BATCH_PATH)
+
+
 class LayaRoute:
     """The test's Laya server: which hosts it is, its cassette, and who sees its exchanges.
 
@@ -119,6 +129,9 @@ class LayaRoute:
         self.errors: list[BaseException] = []
         #: Every decision request on the route, parsed, with its response (`pytest_laya.wire.calls`).
         self.calls = Calls()
+        # Calls sent to the server and not answered yet, by request object.
+        self._pending: dict[int, tuple[Any, Call]] = {}
+        self._lock = threading.Lock()
 
     def claims(self, request: Any, host: str) -> bool:
         if self.catch_all or host in self.hosts:
@@ -133,14 +146,28 @@ class LayaRoute:
 
     def can_play_response_for(self, request: Any) -> bool:
         try:
-            return bool(self.cassette.can_play_response_for(request))
+            playable = bool(self.cassette.can_play_response_for(request))
         except Exception as exc:
+            self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
+        if not playable and _is_call(request):  # sent to the server: a call until it is answered
+            with self._lock:
+                known = self._pending.get(id(request), (None,))[0] is request  # vcrpy may ask twice
+            call = None if known else self._unanswered(request, None)
+            if call is not None:
+                with self._lock:
+                    self._pending[id(request)] = (request, call)
+        return playable
 
     def play_response(self, request: Any) -> Any:
         try:
             response = self.cassette.play_response(request)
         except Exception as exc:
+            fault = getattr(exc, "laya_fault", None)
+            if fault:  # scripted by the test: the client gets it, the test goes on
+                self._unanswered(request, str(fault), fault=str(fault))
+                raise
+            self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
         self._observe(request, exchange_of(request, response))
         return response
@@ -150,13 +177,32 @@ class LayaRoute:
         self.cassette.append(request, response)
         self._observe(request, exchange)
 
+    def _unanswered(self, request: Any, outcome: str | None, fault: str | None = None) -> Call | None:
+        """Keep a decision request that got no response (yet) as a call with its `outcome`."""
+        if not _is_call(request):
+            return None
+        body = request.body if isinstance(request.body, bytes) or request.body is None else str(request.body).encode()
+        split = urlsplit(request.uri)
+        call = Call(method=request.method, path=(split.path or "/") + (f"?{split.query}" if split.query else ""),
+                    url=request.uri, headers=_header_items(getattr(request, "headers", None)), content=body,
+                    outcome=outcome, fault=fault)
+        self.calls.append(call)
+        return call
+
     def _observe(self, request: Any, exchange: Exchange) -> None:
         self.exchanges.append(exchange)
         if exchange.method == "POST" and exchange.path.split("?", 1)[0] in (DECIDE_PATH, BATCH_PATH):
-            self.calls.append(Call(method=exchange.method, path=exchange.path, url=exchange.url,
-                                   headers=_header_items(getattr(request, "headers", None)),
-                                   content=exchange.request_body, status=exchange.status,
-                                   response_headers=list(exchange.headers.items()), response_content=exchange.body))
+            with self._lock:
+                pending = self._pending.pop(id(request), None)
+            if pending is not None and pending[0] is request:
+                pending[1].answered(status=exchange.status, response_headers=list(exchange.headers.items()),
+                                    response_content=exchange.body)
+            else:
+                self.calls.append(Call(method=exchange.method, path=exchange.path, url=exchange.url,
+                                       headers=_header_items(getattr(request, "headers", None)),
+                                       content=exchange.request_body, status=exchange.status,
+                                       response_headers=list(exchange.headers.items()),
+                                       response_content=exchange.body))
         if self.observer is None:
             return
         try:

@@ -19,7 +19,8 @@ import pytest
 
 from pytest_laya.plugin import options, summary
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, find_shared_cassettes
-from pytest_laya.plugin.markers import MARKER_HELP, check_test_pins, marker_options, pin_marker_answers
+from pytest_laya.plugin.handle import LayaServer
+from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
     OPEN_ROUTES,
     ROUTE,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.models import ServedLayaModel
     from pytest_laya.servers import ServerHandle
 
-__all__ = ["LayaRun", "WORKEROUTPUT_KEY", "spec_observer"]
+__all__ = ["LayaRun", "LayaServer", "WORKEROUTPUT_KEY", "spec_observer"]
 
 _STATE = pytest.StashKey[LayaRun]()
 
@@ -284,17 +285,19 @@ def _empty_vcr_config() -> types.ModuleType:
 
 
 @pytest.fixture
-def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_config: dict[str, Any]) -> Iterator[ServerHandle]:
-    """The server this test talks to: a `ServerHandle` with `url`, `kind`, `spec`, `health()`, `identity()`.
+def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_config: dict[str, Any]) -> Iterator[LayaServer]:
+    """The test's one Laya handle (`LayaServer`): `url`, `kind`, `spec`, `health()`, `identity()`,
+    and `calls` in every mode; on the fake, `decide()`, `fail()`, `timeout()` and `delay()`.
 
     Chosen by the mode (replay: the cassette; live/record/verify: --laya-url; fake: the session's
-    fake), or by `@pytest.mark.laya(server=...)`. While the test runs, every request to it -- from
-    any client -- is answered or recorded by the mode and held to the server's spec.
+    fake, answering in memory), or by `@pytest.mark.laya(server=...)`. While the test runs, every
+    request to it -- from any client -- is answered or recorded by the mode and held to the
+    server's spec.
     """
     with open_test_route(request, laya_run) as route:
         if laya_run.url_env:
             laya_run.export_server(request.getfixturevalue("monkeypatch"), route.server)
-        yield route.server
+        yield LayaServer(route, request, laya_run)
 
 
 @pytest.fixture
@@ -317,12 +320,13 @@ def laya_url(laya_server: ServerHandle, _laya_route: TestRoute) -> str:
 
 @pytest.fixture
 def laya_url_env(laya_server: ServerHandle, _laya_route: TestRoute, laya_run: LayaRun,
-                 monkeypatch: pytest.MonkeyPatch) -> str:
+                 monkeypatch: pytest.MonkeyPatch) -> ServerHandle:
     """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) and its
     API key into ``LAYA_SERVED_API_KEY`` (or the ini's ``laya_api_key_env``; unset when the server
-    has none) for the test, for a service that reads them from the environment; returns the URL
-    variable's name."""
-    return laya_run.export_server(monkeypatch, laya_server)
+    has none) for the test, for a service that reads them from the environment; returns the
+    test's `laya_server` handle (``.url``, ``.calls``, ``.decide()``...)."""
+    laya_run.export_server(monkeypatch, laya_server)
+    return laya_server
 
 
 @pytest.fixture
@@ -339,8 +343,9 @@ def laya_cassette(_laya_route: TestRoute) -> CassetteHandle | None:
 
 @pytest.fixture(autouse=True)
 def _laya_network_guard(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[None]:
-    """--laya-block-network for tests that have no Laya server: only allowed hosts are reached."""
-    if not laya_run.block_network or "laya_server" in request.fixturenames:
+    """--laya-block-network (or the marker's ``block_network=True``) for tests that have no Laya
+    server: only allowed hosts are reached."""
+    if "laya_server" in request.fixturenames or not blocks_network(request.node, laya_run):
         yield
         return
     with routed(request, laya_run, [], vcr_config(request)):

@@ -15,16 +15,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.fake.pins import Pin
     from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["MARKER_HELP", "MARKER_OPTIONS", "SERVERS", "check_test_pins", "marker_options", "pin_marker_answers"]
+__all__ = ["MARKER_HELP", "MARKER_OPTIONS", "SERVERS", "blocks_network", "check_test_pins", "marker_options",
+           "pin_marker_answers", "track_test_pin"]
 
 SERVERS = ("fake", "reference", "live")
-MARKER_OPTIONS = ("cassette", "server", "strict", "answers", "caught_errors")
+MARKER_OPTIONS = ("cassette", "server", "strict", "answers", "caught_errors", "block_network")
 CAUGHT_ERRORS = ("fail", "ignore")
-MARKER_HELP = ("laya(cassette=None, server=None, strict=None, answers=None, caught_errors='fail'): pytest-laya "
+MARKER_HELP = ("laya(cassette=None, server=None, strict=None, answers=None, caught_errors='fail', block_network=None): "
+               "pytest-laya "
                "options for one test: the cassette file name, the server (fake, reference or live), strict "
                "unused-interaction checking, answers pinned on the fake ({'team': 'billing', 'refund': 0.91}; "
                "implies server='fake'), and whether a cassette miss or spec violation the test's code caught "
-               "still fails it (fail) or not (ignore, for a test that asserts the error itself).")
+               "still fails it (fail) or not (ignore, for a test that asserts the error itself), and whether requests to other "
+               "hosts are refused with NetworkBlocked (as --laya-block-network, for this test).")
 
 #: The marker's pins on every fake this test got (the session's and its own `laya_fake_server`).
 _MARKER_PINS = pytest.StashKey[list]()
@@ -48,6 +51,9 @@ def marker_options(node: pytest.Item) -> dict[str, Any]:
     if caught is not None and caught not in CAUGHT_ERRORS:
         raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.laya(caught_errors={caught!r}): use 'fail' (the default) "
                                 f"or 'ignore'")
+    block = marker.kwargs.get("block_network")
+    if block is not None and not isinstance(block, bool):
+        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.laya(block_network={block!r}): use True or False")
     options = dict(marker.kwargs)
     if options.get("answers") is not None:
         from pytest_laya.fake.pins import PinError, check_answers
@@ -63,17 +69,29 @@ def marker_options(node: pytest.Item) -> dict[str, Any]:
     return options
 
 
+def blocks_network(node: pytest.Item, run: LayaRun) -> bool:
+    """Whether this test refuses other hosts: the marker's ``block_network=``, else --laya-block-network."""
+    block = marker_options(node).get("block_network")
+    return run.block_network if block is None else bool(block)
+
+
 def pin_marker_answers(request: pytest.FixtureRequest, laya: FakeLaya, run: LayaRun) -> None:
     """Pin the marker's ``answers=`` on `laya` for this test; at its teardown, fail on their errors
     (and, strict and passed, when no fake ever used them), then remove them."""
     answers = marker_options(request.node).get("answers")
     if answers is None:
         return
+    track_test_pin(request, run, laya.pin(answers, where=f"@pytest.mark.laya(answers=...) on {request.node.nodeid}"))
+
+
+def track_test_pin(request: pytest.FixtureRequest, run: LayaRun, pin: Pin) -> None:
+    """Check `pin` (the marker's, or `laya_server.decide()`'s on the session's fake) at the test's
+    teardown, as the marker's are checked, then remove it."""
     pins = request.node.stash.get(_MARKER_PINS, None)
     if pins is None:
         pins = request.node.stash[_MARKER_PINS] = []
         request.node.addfinalizer(lambda: _finish_marker_pins(request, run, pins))
-    pins.append(laya.pin(answers, where=f"@pytest.mark.laya(answers=...) on {request.node.nodeid}"))
+    pins.append(pin)
 
 
 def _finish_marker_pins(request: pytest.FixtureRequest, run: LayaRun, pins: list[Pin]) -> None:

@@ -27,7 +27,7 @@ import pytest
 
 from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, claim_cassette, pytest_recording_clash
 from pytest_laya.plugin.freshness import check_freshness
-from pytest_laya.plugin.markers import marker_options, pin_marker_answers
+from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +66,10 @@ class TestRoute:
     enforce: bool = True
     #: Requests --laya-block-network refused while the route was the innermost one.
     refused: list[BaseException] = field(default_factory=list)
+    #: The session's fake (a `FakeLayaServer`) when it is the test's server, answering in memory,
+    #: and the faults the test scripted on it (`FaultSteps`).
+    fake: Any = None
+    steps: Any = None
 
     @property
     def exchanges(self) -> int:
@@ -244,7 +248,7 @@ def routed(request: pytest.FixtureRequest, run: LayaRun, laya: list[LayaRoute], 
     from pytest_laya.cassettes.scrub import Scrubber
 
     scrubber = Scrubber(run.api_key, learn=True, config=config)
-    with run.switchboard().active(laya, outer=outer_cassette(request), block_network=run.block_network,
+    with run.switchboard().active(laya, outer=outer_cassette(request), block_network=blocks_network(request.node, run),
                                   allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts,
                                   shown=lambda sent: scrubber.shown_target(sent.uri, sent.headers), refused=refused):
         yield
@@ -271,6 +275,7 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
     stash; its violations fail the test); another (`open_fake_route`) is routed beside it."""
     from pytest_laya.intercept import LayaRoute
 
+    given = server
     server, kind, path = _choose(request, run, server)
     if kind == "replay" and path is not None:
         check_freshness(request, run, path)
@@ -290,13 +295,24 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
         route.recorded = _recorded_interactions(run, request, config)
     route.handle = _capture(run, config) if kind in ("capture", "verify") else _open_cassette(run, route, request, config)
     check = _SpecCheck(run, route)
-    route.laya = LayaRoute(route.handle.cassette, kind="replay" if kind == "replay" else "record",
+    answerer = route.handle.cassette
+    if given is None and server.kind == "fake":  # the session's fake: answered in memory, faults scripted per test
+        from pytest_laya.fake.in_memory import FaultSteps, InMemoryFake
+
+        route.fake = request.getfixturevalue("_laya_session_fake")
+        route.steps = FaultSteps(route.fake.laya)
+        answerer = InMemoryFake(route.fake.laya, route.steps)
+    route.laya = LayaRoute(answerer, kind="replay" if kind == "replay" else "record",
                            urls=_urls(run, server), observer=check, redact=route.handle.redact)
     route.handle.calls = route.laya.calls
+    if route.fake is not None:
+        route.fake.steps = route.steps  # calls that reach its port (another process) take them too
     try:
         with routed(request, run, [route.laya], config, refused=route.refused):
             yield route
     finally:
+        if route.fake is not None:
+            route.fake.steps = None
         try:
             close_test_route(request, run, route, check)
         finally:

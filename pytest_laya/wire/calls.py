@@ -93,7 +93,8 @@ class SentQuestion:
 
 _UNSET: Any = object()
 #: What `Call.differences` (and the `Calls` assertions) compare, by keyword.
-COMPARED = ("method", "path", "state", "states", "questions", "model", "headers", "body", "status", "request_id")
+COMPARED = ("method", "path", "state", "states", "questions", "model", "headers", "body", "status", "request_id",
+            "outcome")
 
 
 def _json(raw: bytes | None) -> Any:
@@ -111,13 +112,14 @@ class Call:
     Built from what crossed the wire: `method`, `path` (the request target, query included),
     the request `headers` (redacted here) and body bytes (`content`), and the response's
     `status`, `response_headers` and body (`response_content` bytes, or `response` already
-    parsed). `status` is None when no response was sent (a reset connection). The fake adds
-    `fault` (the fault-script step that answered, e.g. ``"status(503)"``), `error` (why it
-    refused a pinned answer) and `pinned` (the question ids a pin answered).
+    parsed). `status` is None when no response was sent (a reset connection, a timeout, a
+    cassette miss); `outcome` then says why. The fake adds `fault` (the fault-script step that
+    answered, e.g. ``"status(503)"``), `error` (why it refused a pinned answer) and `pinned`
+    (the question ids a pin answered).
     """
 
     __slots__ = ("method", "path", "url", "_headers", "content", "status", "_response_headers", "_response_content",
-                 "fault", "error", "pinned", "_cache")
+                 "fault", "error", "pinned", "_outcome", "_cache")
 
     def __init__(
         self,
@@ -134,6 +136,7 @@ class Call:
         fault: str | None = None,
         error: str | None = None,
         pinned: Iterable[str] = (),
+        outcome: str | None = None,
     ) -> None:
         self.method = method.upper()
         self.path = path
@@ -147,7 +150,25 @@ class Call:
         self.fault = fault
         self.error = error
         self.pinned = tuple(pinned)
+        self._outcome = outcome
         self._cache: dict[str, Any] = {} if response is _UNSET else {"response": response}
+
+    @property
+    def outcome(self) -> str:
+        """What became of the call: its status (``"200"``, ``"503"``), else why nothing came back
+        (``"timeout"``, ``"CassetteMiss"``, ``"no response"``)."""
+        if self._outcome is not None:
+            return self._outcome
+        return "no response" if self.status is None else str(self.status)
+
+    def answered(self, *, status: int, response_headers: Iterable[tuple[str, str]], response_content: bytes | None) -> None:
+        """Fill in the response of a call kept before it was answered (an interception layer does)."""
+        self.status = status
+        self._response_headers = response_headers
+        self._response_content = response_content
+        self._outcome = None
+        for name in ("response", "response_headers", "decision", "decisions"):
+            self._cache.pop(name, None)
 
     def _cached(self, name: str, compute: Callable[[], _T]) -> _T:
         try:
@@ -335,7 +356,7 @@ class Call:
 
     def summary(self) -> str:
         """One line: method, path, question ids, status (and fault or pin error)."""
-        answered = "no response" if self.status is None else str(self.status)
+        answered = self.outcome
         extra = f", {self.fault}" if self.fault else ""
         extra += f", pin error: {self.error}" if self.error else ""
         return f"{self.method} {self.path} questions={list(self.questions)} state={_short(self.state)} -> {answered}{extra}"

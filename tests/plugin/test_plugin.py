@@ -145,7 +145,8 @@ def test_x(laya_client):
 """)
     result = run(pytester, "--laya-mode=fake")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: test_it.py::test_x: @pytest.mark.laya has no option 'sever'; use cassette, server, strict, answers, caught_errors"])
+    result.stderr.fnmatch_lines(["ERROR: test_it.py::test_x: @pytest.mark.laya has no option 'sever'; use cassette, server, strict, answers, caught_errors, "
+                                 "block_network"])
 
 
 def test_marker_picks_the_fake_server_in_any_mode(pytester):

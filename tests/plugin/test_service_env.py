@@ -42,7 +42,7 @@ def test_laya_url_env_exports_the_key_beside_the_url(pytester, keyed):
     pytester.makepyfile(test_it=SERVICE + """
 
 def test_service(laya_url_env, laya_server):
-    assert laya_url_env == "LAYA_SERVED_URL"
+    assert laya_url_env is laya_server
     assert route("LAYA_SERVED_URL", "LAYA_SERVED_API_KEY").status_code == 200
     assert laya_server.api_key.reveal() == os.environ["LAYA_SERVED_API_KEY"]
 
@@ -54,7 +54,7 @@ def test_shows_its_locals(laya_url_env, laya_server, laya_client):
         result = run(pytester, *mode, f"--laya-url={keyed.url}", f"--laya-api-key={KEY}", "--showlocals",
                      "--tb=long", "-vv", "-rA")
         result.assert_outcomes(passed=1, failed=1)
-        assert "laya_server = ServerHandle(" in result.stdout.str()
+        assert "laya_server = <LayaServer " in result.stdout.str()
         assert_hidden(result.stdout.str() + result.stderr.str(), KEY)
     for cassette in (pytester.path / "cassettes").rglob("*.yaml"):
         assert_hidden(cassette.read_text(), KEY)
