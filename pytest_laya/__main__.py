@@ -7,6 +7,11 @@ configuration (no addopts, no conftest.py, no cache written), so it reports the 
 Arguments after ``--`` go to pytest as they are (``-- -k health -v``). Without ``--spec`` (or
 with ``--spec auto``) the server is held to the spec it claims: its Laya-Spec header, else
 /health's ``spec``, else current; the summary says which and why.
+
+``report merge A.json B.json ... [--out MERGED.json]`` joins the ``--laya-report`` files of a
+split run's shards (exit 0, or 2 for a file that is not a report); ``report prune MERGED.json``
+deletes the cassettes the merged report found no shard used (exit 1 when it could not say).
+See docs/teams.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["main", "pytest_arguments"]
@@ -35,7 +41,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=PROG, description="pytest-laya's command line.")
-    commands = parser.add_subparsers(dest="command", metavar="check", parser_class=_OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="check|report", parser_class=_OneLineParser)
     commands.required = True
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
                                 usage=USAGE, description="Run the HTTP contract of a served Laya against URL; exit "
@@ -48,7 +54,83 @@ def _parser() -> argparse.ArgumentParser:
                             "header or /health, else current)")
     check.add_argument("--api-key", default=None, metavar="KEY",
                        help="the server's bearer token (default: LAYA_SERVED_API_KEY); never printed")
+    _add_report_commands(commands)
     return parser
+
+
+def _add_report_commands(commands: Any) -> None:
+    """``report merge`` and ``report prune`` (docs/teams.md, "Split runs")."""
+    report = commands.add_parser("report", help="join the JSON reports of a split run; prune from the result",
+                                 description="Work with --laya-report files.")
+    actions = report.add_subparsers(dest="action", metavar="merge|prune", parser_class=_OneLineParser)
+    actions.required = True
+    merge = actions.add_parser("merge", help="join shards' reports into one",
+                               description="Join the --laya-report files of a split run's shards into one report.")
+    merge.add_argument("reports", nargs="+", metavar="REPORT.json")
+    merge.add_argument("--out", metavar="MERGED.json", default=None,
+                       help="where to write the merged report (default: print it)")
+    prune = actions.add_parser("prune", help="delete the cassettes a merged report found no shard used",
+                               description="Delete the cassettes no shard used, as a merged report lists them.")
+    prune.add_argument("report", metavar="MERGED.json")
+    prune.add_argument("--root", default=".", metavar="DIR",
+                       help="the rootdir the report's paths are relative to (default: the current directory)")
+
+
+def _report(options: argparse.Namespace) -> int:
+    import json
+
+    from pytest_laya.report import ReportError, merge_reports, read_report
+
+    try:
+        if options.action == "merge":
+            merged = merge_reports([read_report(path) for path in options.reports], names=options.reports)
+            text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
+            if options.out:
+                _write_atomically(Path(options.out), text)
+                _say_merged(merged, options.out)
+            else:
+                sys.stdout.write(text)
+            return 0
+        return _prune(read_report(options.report), options.report, Path(options.root))
+    except ReportError as exc:
+        sys.stderr.write(f"{PROG} report: {exc}\n")
+        return 2
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _say_merged(merged: dict[str, Any], out: str) -> None:
+    unused = merged["unused_cassettes"]
+    print(f"merged {len(merged['merged_from'])} reports into {out}: {len(merged['tests'])} test records, "
+          f"{sum(row['violations'] for row in merged['conformance'])} violations, "
+          f"{len(merged['stale_cassettes'])} stale cassettes")
+    if unused is None:
+        print("unused cassettes: not worked out: " + "; ".join(merged["unused_why"]))
+    else:
+        print(f"unused cassettes: {len(unused)}" + "".join(f"\n  {path}" for path in unused))
+
+
+def _prune(report: dict[str, Any], name: str, root: Path) -> int:
+    from pytest_laya.plugin.unused import prune
+
+    unused = report.get("unused_cassettes")
+    if unused is None:
+        why = "; ".join(report.get("unused_why") or ["it lists no unused cassettes (null)"])
+        sys.stderr.write(f"{PROG} report prune: {name} cannot say which cassettes are unused, so nothing was "
+                         f"deleted: {why}\n")
+        return 1
+    deleted = prune(list(unused), root)
+    print(f"pruned {len(deleted)} unused cassette(s)" + "".join(f"\n  {path}" for path in deleted))
+    left = sorted(set(unused) - set(deleted))
+    if left:
+        print(f"{len(left)} listed cassette(s) were already gone or are not pytest-laya's, and were left alone:"
+              + "".join(f"\n  {path}" for path in left))
+    return 0
 
 
 def _url_problem(url: str) -> str | None:
@@ -93,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         parser.error("say what to run: check URL")
     options = parser.parse_args(argv)
+    if options.command == "report":
+        return _report(options)
     problem = _url_problem(options.url)
     if problem:
         parser.error(problem)

@@ -31,6 +31,7 @@ LAYERS = {
     "pytest_laya.contract": 5,
     "pytest_laya.strategies": 5,
     "pytest_laya.suites": 5,
+    "pytest_laya.report": 5,
     "pytest_laya.plugin": 6,
     "pytest_laya.__main__": 6,
 }

@@ -113,6 +113,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
     run = _run(items[0].config) if items else None
     if run is not None:
         run.partial.append(f"{len(items)} deselected")
+        run.deselected.extend(item.nodeid for item in items)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -146,6 +147,7 @@ class _Progress:
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         self.run.ran += 1
+        self.run.ran_tests.append(nodeid)
 
 
 @pytest.hookimpl(wrapper=True)

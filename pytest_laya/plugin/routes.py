@@ -382,6 +382,8 @@ def _test_record(run: LayaRun, route: TestRoute, outcome: str | None, drift: Any
         "exchanges": route.exchanges,
         "violations": list(route.violations),
         "drift": drift.to_json() if drift is not None else None,
+        "latency_ms": [round(exchange.elapsed_s * 1000, 3) for exchange in route.laya.exchanges]
+        if route.laya is not None else [],
     }
 
 

@@ -92,6 +92,11 @@ class LayaRun:
     max_age_warn: bool = False
     identity_check: bool = False
     stale: list[dict[str, Any]] = field(default_factory=list)
+    #: Node ids of the tests that ran and of those deselected; and, for the report of a split
+    #: run, its ``cassette_files``, ``used_cassettes`` and ``scope`` (`plugin.split`).
+    ran_tests: list[str] = field(default_factory=list)
+    deselected: list[str] = field(default_factory=list)
+    shard: dict[str, Any] = field(default_factory=dict)
     _switchboard: Switchboard | None = field(default=None, repr=False)
     _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
 
@@ -213,6 +218,7 @@ class LayaRun:
             "tests": list(self.tests),
             "owners": {str(path): owner for path, owner in self.cassette_owners.items()},
             "stale": list(self.stale),
+            "deselected": list(self.deselected),
         }
 
     def merge(self, data: Mapping[str, Any]) -> None:
@@ -234,6 +240,7 @@ class LayaRun:
                 self.note(section, line)
         self.tests.extend(data.get("tests", ()))
         self.stale.extend(data.get("stale", ()))
+        self.deselected.extend(data.get("deselected", ()))
         for path, owner in data.get("owners", {}).items():
             mine = self.cassette_owners.setdefault(Path(path), owner)
             if mine != owner:  # two workers' tests wrote one file: only one test's interactions survive

@@ -38,6 +38,7 @@ def summary(run: LayaRun) -> dict[str, Any]:
         "verify": run.verify.results if run.verify else None,
         "notes": {section: list(lines) for section, lines in run.notes.items()},
         "stale_cassettes": sorted(run.stale, key=lambda record: (record["cassette"], record["kind"])),
+        **run.shard,
     }
 
 
@@ -64,6 +65,9 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
     if run.notes.get("errors") and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if run.report is not None:
+        from pytest_laya.plugin.split import shard_scope
+
+        run.shard = shard_scope(run, config)
         run.report.parent.mkdir(parents=True, exist_ok=True)
         tmp = run.report.with_name(run.report.name + ".tmp")
         tmp.write_text(json.dumps(summary(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")

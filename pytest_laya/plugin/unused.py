@@ -82,8 +82,10 @@ def _shown(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def find_unused(run: LayaRun, root: Path) -> list[str]:
-    """Cassettes pytest-laya wrote, in the cassette directories in use, that no test used."""
+def find_unused(run: LayaRun, root: Path, *, used: set[Path] | None = None) -> list[str]:
+    """Cassettes pytest-laya wrote, in the cassette directories in use, that no test used
+    (`used`: those files instead of the run's; an empty set lists every cassette in scope)."""
+    used = run.used_cassettes if used is None else used
 
     def directory_of(module: Path) -> Path:
         return (run.cassette_dir or module.parent / "cassettes").resolve()
@@ -102,7 +104,7 @@ def find_unused(run: LayaRun, root: Path) -> list[str]:
             if path.name.startswith(".") or not path.is_file():
                 continue  # half-written temporary files and hidden ones are not cassettes
             path = path.resolve()
-            if path in run.used_cassettes or any(k == path.parent or k in path.parents for k in kept):
+            if path in used or any(k == path.parent or k in path.parents for k in kept):
                 continue
             if is_laya_cassette(path):
                 found.add(path)
