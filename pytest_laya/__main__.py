@@ -41,7 +41,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=PROG, description="pytest-laya's command line.")
-    commands = parser.add_subparsers(dest="command", metavar="check|report", parser_class=_OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="check|report|proxy", parser_class=_OneLineParser)
     commands.required = True
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
                                 usage=USAGE, description="Run the HTTP contract of a served Laya against URL; exit "
@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--api-key", default=None, metavar="KEY",
                        help="the server's bearer token (default: LAYA_SERVED_API_KEY); never printed")
     _add_report_commands(commands)
+    from pytest_laya.plugin.proxy_command import add_proxy_parser
+
+    add_proxy_parser(commands)
     return parser
 
 
@@ -177,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.command == "report":
         return _report(options)
+    if options.command == "proxy":
+        from pytest_laya.plugin import proxy_command
+
+        return proxy_command.main(options)
     problem = _url_problem(options.url)
     if problem:
         parser.error(problem)

@@ -27,6 +27,7 @@ LAYERS = {
     "pytest_laya.cassettes": 4,
     "pytest_laya.servers": 4,
     "pytest_laya.intercept": 4,
+    "pytest_laya.proxy": 4,
     "pytest_laya.models": 5,
     "pytest_laya.contract": 5,
     "pytest_laya.strategies": 5,

@@ -179,6 +179,12 @@ def _classes() -> tuple[type, type]:
                 self.play_counts[index] += 1
             return echo_ids(response, request)
 
+        def laya_rewind(self, request: Any) -> None:
+            """Make the interactions `request` matches playable again (the standalone proxy's repeats)."""
+            with self._laya_lock:
+                for index in self._laya_matches(self._laya_filtered(request)):
+                    self.play_counts[index] = 0
+
         def append(self, request: Any, response: Any) -> None:
             with self._laya_lock:
                 super().append(request, without_request_ids(response, request))

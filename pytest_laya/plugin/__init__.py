@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.client import AsyncServedLayaClient, ServedLayaClient
     from pytest_laya.fake import FakeLayaServer
     from pytest_laya.models import ServedLayaModel
+    from pytest_laya.plugin.proxy import LayaProxy, SessionProxy
     from pytest_laya.servers import ServerHandle
 
 __all__ = ["LayaRun", "LayaServer", "WORKEROUTPUT_KEY", "spec_observer"]
@@ -321,14 +322,41 @@ def laya_url(laya_server: ServerHandle, _laya_route: TestRoute) -> str:
 
 
 @pytest.fixture
-def laya_url_env(laya_server: ServerHandle, _laya_route: TestRoute, laya_run: LayaRun,
-                 monkeypatch: pytest.MonkeyPatch) -> ServerHandle:
+def laya_url_env(request: pytest.FixtureRequest, laya_server: ServerHandle, _laya_route: TestRoute,
+                 laya_run: LayaRun, monkeypatch: pytest.MonkeyPatch) -> ServerHandle:
     """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) and its
     API key into ``LAYA_SERVED_API_KEY`` (or the ini's ``laya_api_key_env``; unset when the server
     has none) for the test, for a service that reads them from the environment; returns the
-    test's `laya_server` handle (``.url``, ``.calls``, ``.decide()``...)."""
-    laya_run.export_server(monkeypatch, laya_server)
+    test's `laya_server` handle (``.url``, ``.calls``, ``.decide()``...). A test that uses
+    `laya_proxy` gets the proxy's URL (docs/proxy.md)."""
+    laya_run.export_server(monkeypatch, request.getfixturevalue("laya_proxy")
+                           if "laya_proxy" in request.fixturenames else laya_server)
     return laya_server
+
+
+@pytest.fixture(scope="session")
+def _laya_session_proxy() -> Iterator[SessionProxy]:
+    from pytest_laya.plugin.proxy import SessionProxy
+
+    proxy = SessionProxy()
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def laya_proxy(request: pytest.FixtureRequest, laya_run: LayaRun, _laya_route: TestRoute,
+               _laya_session_proxy: SessionProxy) -> Iterator[LayaProxy]:
+    """A real loopback HTTP server (`.url`) standing for this test's Laya server, for a service in
+    another process or language: replayed from the test's cassette, recorded into it, forwarded
+    (live, fake, verify) and held to the spec exactly as the test's in-process clients are; a
+    miss is answered as a ``cassette_miss`` problem and fails the test. `.calls` are the
+    route's. Started once per session, switched per test (docs/proxy.md)."""
+    with _laya_session_proxy.serving(_laya_route) as proxy:
+        if laya_run.url_env:
+            laya_run.export_server(request.getfixturevalue("monkeypatch"), proxy)
+        yield proxy
 
 
 @pytest.fixture

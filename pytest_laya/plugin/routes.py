@@ -202,6 +202,10 @@ class _SpecCheck:
                                                     f"{exchange.method} {target} -> {exchange.status}: {violation}"))
 
 
+#: The spec check, for the standalone proxy's route (`pytest_laya.plugin.proxy_command`).
+SpecCheck = _SpecCheck
+
+
 # -- opening and closing a route -------------------------------------------------------------
 
 def _open_cassette(run: LayaRun, route: TestRoute, request: pytest.FixtureRequest,

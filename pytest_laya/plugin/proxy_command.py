@@ -1,0 +1,188 @@
+"""``python -m pytest_laya proxy``: the recording proxy on its own, for docker-compose set-ups and
+test suites in other languages.
+
+    python -m pytest_laya proxy --port N --cassettes DIR --mode replay|record|live [--upstream URL]
+
+replay answers from every cassette under DIR (`CassetteLibrary`, matched by method, path, query
+and body), with no upstream; record forwards to ``--upstream`` and writes what it saw to
+``DIR/<--cassette>.yaml`` atomically after every exchange; live forwards. Every exchange goes
+through a `LayaRoute` observed by the plugin's own spec check (`SpecCheck`), so the conformance
+table printed when the proxy stops is the plugin's. It listens on loopback unless ``--host``
+says otherwise, prints one ready line, and stops cleanly on SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_proxy_parser", "main"]
+
+MODES = ("replay", "record", "live")
+#: How many exchanges a long-running proxy keeps in memory (the recording itself aside).
+KEPT_EXCHANGES = 100
+
+
+def add_proxy_parser(commands: Any) -> argparse.ArgumentParser:
+    proxy = commands.add_parser(
+        "proxy", help="a recording proxy for services outside pytest (docs/proxy.md)",
+        description="Serve Laya cassettes over HTTP (replay), record through to a server (record), or forward and "
+                    "check (live), for services in any process or language.")
+    proxy.add_argument("--port", type=int, default=0, help="the port to listen on (default 0: a free one, printed)")
+    proxy.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1; 0.0.0.0 inside a container)")
+    proxy.add_argument("--cassettes", required=True, metavar="DIR", help="the cassette directory")
+    proxy.add_argument("--mode", choices=MODES, default="replay")
+    proxy.add_argument("--upstream", metavar="URL", help="the Laya server to forward to (record, live)")
+    proxy.add_argument("--cassette", default="proxy", metavar="NAME",
+                       help="record: the cassette written under DIR (default proxy, i.e. DIR/proxy.yaml)")
+    proxy.add_argument("--spec", choices=("auto", "current", "target"), default="auto",
+                       help="the spec every response is held to (default auto: the one the server claims)")
+    proxy.add_argument("--conformance", choices=("enforce", "report"), default="enforce",
+                       help="enforce: a response that breaks its spec is answered as a spec_violation problem "
+                            "(default); report: passed on and listed when the proxy stops")
+    return proxy
+
+
+def _problem(options: argparse.Namespace) -> str | None:
+    from pytest_laya.proxy.upstream import Upstream
+
+    if options.mode == "replay" and options.upstream:
+        return "--upstream is for --mode record or live; replay answers from the cassettes alone"
+    if options.mode != "replay":
+        if not options.upstream:
+            return f"--mode {options.mode} needs --upstream URL (the Laya server to forward to)"
+        try:
+            Upstream(options.upstream).close()
+        except ValueError as exc:
+            return str(exc)
+    if not 0 <= options.port <= 65535:
+        return f"--port must be 0 to 65535, got {options.port}"
+    if options.mode == "replay" and not Path(options.cassettes).is_dir():
+        return f"--cassettes {options.cassettes} is not a directory (replay serves the cassettes under it)"
+    if "/" in options.cassette or "\\" in options.cassette or options.cassette in ("", ".", ".."):
+        return f"--cassette is a file name under DIR, not a path: {options.cassette!r}"
+    return None
+
+
+class _Standalone:
+    """The standalone proxy's route, spec check and target, built from the command's options."""
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        from pytest_laya.cassettes import laya_vcr
+        from pytest_laya.client.settings import redact_url
+        from pytest_laya.intercept import LayaRoute
+        from pytest_laya.plugin.routes import SpecCheck, TestRoute
+        from pytest_laya.plugin.run import LayaRun
+        from pytest_laya.proxy import CassetteLibrary, RouteTarget, Upstream
+        from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
+
+        self.mode = options.mode
+        directory = Path(options.cassettes)
+        spec = None if options.spec == "auto" else options.spec
+        self.run = LayaRun(mode=options.mode, url=options.upstream, api_key=None, spec=spec, cassette_dir=directory,
+                           strict=False, report=None, checkpoint=None, conformance_mode=options.conformance)
+        self.lock = threading.Lock()
+        self.library = None
+        self.handle = None
+        if self.mode == "replay":
+            self.library = CassetteLibrary(directory)
+            server = ServerHandle(url=REPLAY_URL, kind="replay", spec=spec or "auto", label=f"replay of {directory}")
+            cassette: Any = self.library
+            self.what = f"{self.library.interactions} interactions from {len(self.library.handles)} cassettes under {directory}"
+        else:
+            record = self.mode == "record"
+            path = directory / f"{options.cassette}.yaml"
+            self.handle = laya_vcr(record=True, cassette_dir=None, api_key=None, strict=False,
+                                   record_hint="--mode record").open(path if record else "<capture>")
+            if not record:
+                self.handle.discard()
+            server = ServerHandle(url=options.upstream, kind="live", spec=spec or "auto",
+                                  label=f"{self.mode} {redact_url(options.upstream)}")
+            cassette = self.handle.cassette
+            self.what = f"forwarding to {redact_url(options.upstream)}" + (f", recording into {path}" if record else "")
+        recording = self.handle.path if self.handle is not None and self.mode == "record" else None
+        self.route = TestRoute(nodeid="proxy", server=server, kind="replay" if self.mode == "replay" else "record",
+                               handle=self.handle, cassette_path=recording)
+        self.check = SpecCheck(self.run, self.route)
+        self.route.laya = LayaRoute(cassette, kind="replay" if self.mode == "replay" else "record", catch_all=True,
+                                    observer=self.check, redact=self.handle.redact if self.handle else str)
+        self.upstream = Upstream(options.upstream) if options.upstream else None
+        self.target = RouteTarget(self.route.laya, upstream=self.upstream, origin=server.url)
+
+    def __call__(self, request: Any) -> Any:
+        reply = self.target(request)
+        laya = self.route.laya
+        assert laya is not None
+        with self.lock:
+            # A long-running proxy keeps the recording, and a bounded tail of everything else.
+            for kept in (laya.exchanges, laya.calls, laya.errors, self.route.violations):
+                del kept[:-KEPT_EXCHANGES]
+            if self.mode == "live" and self.handle is not None:
+                self.handle.cassette.data.clear()
+            elif self.mode == "record" and self.handle is not None and self.handle.cassette.data:
+                self.handle.set_provenance(server=self.route.server.label, spec=self.check.claimed or "current")
+                self.handle.finish(failed=False)  # atomic: the file is always whole
+        return reply
+
+    def close(self) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def summary(self, out: TextIO) -> None:
+        run = self.run
+        out.write(f"pytest-laya proxy stopped ({self.mode}): {len(self.route.laya.exchanges if self.route.laya else [])}"
+                  f" recent exchanges kept; servers: "
+                  f"{', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}\n")
+        for section, lines in run.notes.items():
+            out.write(f"{section}:\n")
+            for line in lines:
+                out.write(f"  {line}\n")
+        rows = run.conformance.rows() if run.conformance else []
+        if rows:
+            out.write("conformance (each server's responses, against each spec):\n")
+        for row in rows:
+            out.write(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/"
+                      f"{row['operations_seen']}, headers {row['headers_met']}/{row['headers_seen']}, "
+                      f"{row['violations']} violations in {row['exchanges']} responses\n")
+        if self.route.violations:
+            out.write(f"spec violations (the last {min(len(self.route.violations), KEPT_EXCHANGES)}):\n")
+            for violation in self.route.violations:
+                out.write(f"  {violation.splitlines()[0]}\n")
+        out.flush()
+
+
+def main(options: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    """Run the proxy until SIGTERM or Ctrl-C; 0 when it stopped cleanly, 2 on a usage error."""
+    from pytest_laya.proxy import ProxyServer
+
+    out = out or sys.stdout
+    problem = _problem(options)
+    if problem:
+        sys.stderr.write(f"python -m pytest_laya proxy: {problem}\n")
+        return 2
+    standalone = _Standalone(options)
+    try:
+        server = ProxyServer(options.host, options.port, target=standalone, loopback_only=options.host == "127.0.0.1")
+    except OSError as exc:
+        sys.stderr.write(f"python -m pytest_laya proxy: cannot listen on {options.host}:{options.port}: {exc}\n")
+        return 2
+    stopping = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server.start()
+    out.write(f"pytest-laya proxy: {options.mode} on {server.url} ({standalone.what}); stop with Ctrl-C or SIGTERM\n")
+    out.flush()
+    try:
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        standalone.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        standalone.summary(out)
+    return 0
