@@ -147,14 +147,38 @@ def test_live_forwards_and_verify_compares(node_project):
     assert cassette_of(node_project).read_bytes() == before  # neither live nor verify writes
 
 
-def test_fake_mode_answers_as_the_fake_with_the_tests_pins(node_project):
+TIMEOUT_CLIENT = r"""
+try {
+  await fetch(process.env.LAYA_SERVED_URL + "/v1/systemone", {method: "POST", body: "{}",
+              headers: {"content-type": "application/json"}, signal: AbortSignal.timeout(500)});
+  console.log("answered");
+} catch (error) {
+  console.log(error.name);
+}
+"""
+
+TIMEOUT_TEST = """
+import subprocess
+
+
+def test_scripted_timeout(laya_server, laya_proxy, laya_url_env):
+    laya_server.timeout()
+    done = subprocess.run(["node", "timeout.mjs"], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "TimeoutError", done.stdout + done.stderr
+    assert [call.outcome for call in laya_server.calls] == ["timeout"]
+"""
+
+
+def test_fake_mode_answers_as_the_fake_with_the_tests_pins_and_faults(node_project):
     node_project.makepyfile(test_pinned=NODE_TEST.replace("def test_triage(", """
 import pytest
 
 @pytest.mark.laya(answers={"refund": 0.93})
 def test_pinned(""").replace("assert 0 <= answer", "assert answer['body']['answers']['refund']['noul'] == 0.93\n    assert 0 <= answer"))
+    node_project.makefile(".mjs", timeout=TIMEOUT_CLIENT)
+    node_project.makepyfile(test_timeout=TIMEOUT_TEST)
     result = run(node_project, "--laya-mode=fake", "-s")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     assert not (node_project.path / "cassettes").exists()
 
 
