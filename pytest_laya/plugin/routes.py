@@ -197,7 +197,8 @@ class _SpecCheck:
         self.route.violations.append(redact(str(error)))
         if enforced:
             raise error
-        for violation in violations:
+        summary = violations.summary()
+        for violation in [*violations, *([summary] if summary else [])]:
             self.run.note(LISTED_VIOLATIONS, redact(f"{self.route.nodeid}: {self.label} ({spec} spec): "
                                                     f"{exchange.method} {target} -> {exchange.status}: {violation}"))
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from pytest_laya.specs.conformance import SPECS, Conformance, SpecViolationError
-from pytest_laya.specs.spec import CURRENT_SPEC_FILE, TARGET_SPEC_FILE, Operation, Spec, SpecError, Violation
+from pytest_laya.specs.spec import CURRENT_SPEC_FILE, TARGET_SPEC_FILE, Operation, Spec, SpecError, Violation, Violations
 
 __all__ = [
     "CURRENT_SPEC_FILE",
@@ -20,4 +20,5 @@ __all__ = [
     "SpecError",
     "SpecViolationError",
     "Violation",
+    "Violations",
 ]

@@ -11,14 +11,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.specs.spec import Spec, Violation
+from pytest_laya.specs.spec import Spec, Violation, Violations
 from pytest_laya.wire.exchange import Exchange
 
 __all__ = ["Conformance", "SpecViolationError", "SPECS"]
 
 SPECS = {"current": Spec.current, "target": Spec.target}
-
-
 
 
 class SpecViolationError(AssertionError):
@@ -34,6 +32,11 @@ class SpecViolationError(AssertionError):
         self.cassette = cassette
         self.spec = spec
         listed = "\n".join(f"  {v}" for v in violations)
+        summary = violations.summary() if isinstance(violations, Violations) else None
+        if summary:
+            listed += f"\n  {summary}"
+        count = violations.total if isinstance(violations, Violations) else len(violations)
+        counted = f"{count:,}" if not isinstance(violations, Violations) or violations.counted_all else f"at least {count:,}"
         source = ""
         if cassette:
             source = (f"\nThe response was replayed from the cassette {cassette}: record it again with "
@@ -46,7 +49,7 @@ class SpecViolationError(AssertionError):
                    f"server to the {other} spec instead{report}.")
         super().__init__(
             f"{exchange.method} {target or exchange.path} -> {exchange.status} breaks the {spec} spec "
-            f"({len(violations)} violation{'s' if len(violations) != 1 else ''}):\n{listed}{source}{why}"
+            f"({counted} violation{'s' if count != 1 else ''}):\n{listed}{source}{why}"
         )
 
 
@@ -59,7 +62,7 @@ class _Tally:
 
     def add(self, operation: str, documented: list[str], violations: list[Violation]) -> None:
         self.exchanges += 1
-        self.violations += len(violations)
+        self.violations += violations.total if isinstance(violations, Violations) else len(violations)
         self.operations[operation] = self.operations.get(operation, True) and not violations
         broken = {v.where.split("/")[2] for v in violations if v.where.startswith("/headers/")}
         for name in documented:
@@ -71,9 +74,9 @@ class Conformance:
     def __init__(self) -> None:
         self._tallies: dict[tuple[str, str], _Tally] = defaultdict(_Tally)
 
-    def check(self, exchange: Exchange, *, server: str, claimed: str) -> list[Violation]:
+    def check(self, exchange: Exchange, *, server: str, claimed: str) -> Violations:
         """Record `exchange` against both specs; return the violations of the `claimed` one."""
-        claimed_violations: list[Violation] = []
+        claimed_violations = Violations()
         operation = f"{exchange.method} {exchange.path.split('?')[0]}"
         for name, load in SPECS.items():
             violations, documented = load().judge(exchange.method, exchange.path, exchange.status, exchange.headers,

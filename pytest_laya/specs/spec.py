@@ -25,15 +25,17 @@ from urllib.parse import quote
 
 import yaml
 
+from pytest_laya.specs.bounded import LISTED, WORK_LIMIT, OverBudget, bounded_validator_class, budget
 from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.wire import pointer as json_pointer
+from pytest_laya.wire.json_text import loads_strict
 
 if TYPE_CHECKING:  # pragma: no cover
     from jsonschema import Draft202012Validator, FormatChecker
     from jsonschema.exceptions import ValidationError
     from referencing import Registry
 
-__all__ = ["Spec", "Violation", "SpecError", "Operation", "CURRENT_SPEC_FILE", "TARGET_SPEC_FILE"]
+__all__ = ["Spec", "Violation", "Violations", "SpecError", "Operation", "CURRENT_SPEC_FILE", "TARGET_SPEC_FILE"]
 
 CURRENT_SPEC_FILE = "laya-systemone.current.openapi.yaml"
 TARGET_SPEC_FILE = "laya-systemone.openapi.yaml"
@@ -113,6 +115,37 @@ class Violation:
         return f"{self.where}: expected {self.expected}, got {self.actual}"
 
 
+class Violations(list[Violation]):
+    """The violations listed for one check (at most `LISTED`), and how many more were found.
+
+    `unlisted` counts the violations past the listed ones; `counted_all` is False when the
+    validator's work budget ran out first, so `unlisted` is a lower bound.
+    """
+
+    unlisted: int = 0
+    counted_all: bool = True
+
+    @property
+    def total(self) -> int:
+        return len(self) + self.unlisted
+
+    def add(self, more: list[Violation]) -> None:
+        """Append `more` (another `Violations` keeps its counts), listing at most `LISTED` in all."""
+        room = max(0, LISTED - len(self))
+        self.extend(more[:room])
+        self.unlisted += max(0, len(more) - room) + getattr(more, "unlisted", 0)
+        self.counted_all = self.counted_all and getattr(more, "counted_all", True)
+
+    def summary(self) -> str | None:
+        """``... and 99,950 more`` (or ``... and at least ...``), None when every violation is listed."""
+        if self.counted_all and not self.unlisted:
+            return None
+        if self.counted_all:
+            return f"... and {self.unlisted:,} more"
+        return (f"... and at least {self.unlisted:,} more (listing stopped after {WORK_LIMIT:,} schema checks; "
+                f"the body breaks its schema in too many places to count)")
+
+
 @dataclass(frozen=True)
 class Operation:
     method: str
@@ -127,11 +160,26 @@ class Operation:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, (Mapping, list)) and len(value) > _SHORT:
+        return f"{'an object' if isinstance(value, Mapping) else 'an array'} of {len(value):,} members"
     try:
         text = json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
+
+
+_LONGEST_POINTER = 200
+_LONGEST_TEXT = 1000
+
+
+def _short_pointer(where: str) -> str:
+    """A pointer as a violation shows it: a 100 kB member name must not make a 100 kB line."""
+    return where if len(where) <= _LONGEST_POINTER else where[: _LONGEST_POINTER - 3] + "..."
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _LONGEST_TEXT else text[: _LONGEST_TEXT - 3] + "..."
 
 
 def _media_of(headers: Mapping[str, str]) -> str | None:
@@ -162,8 +210,9 @@ def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:
             return [missing], "a required property", "absent"
     if keyword == "additionalProperties" and isinstance(instance, Mapping):
         known = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in instance if k not in known)
-        return [], f"no properties beyond {sorted(known)}", f"extra {extra}"
+        extra = [k for k in instance if k not in known]
+        shown = sorted(extra[:_SHORT]) if len(extra) <= _SHORT else f"{len(extra):,} names, {_short(extra[:5])} first"
+        return [], f"no properties beyond {sorted(known)}", _bounded(f"extra {shown}")
     if keyword == "type":
         return [], f"type {value}", f"{type(instance).__name__} {_short(instance)}"
     words = {
@@ -316,10 +365,11 @@ class Spec:
         status: int,
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
         body: bytes | str | Any,
-    ) -> list[Violation]:
+    ) -> Violations:
         """Every way this response breaks the spec; empty when it conforms.
 
-        `body` may be the raw bytes, decoded text, or already-parsed JSON.
+        `body` may be the raw bytes, decoded text, or already-parsed JSON. At most `LISTED`
+        violations are listed; `Violations.unlisted` counts the rest (`summary()` says so).
         """
         return self.judge(method, path, status, headers, body)[0]
 
@@ -330,21 +380,24 @@ class Spec:
         status: int,
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
         body: bytes | str | Any,
-    ) -> tuple[list[Violation], list[str]]:
+    ) -> tuple[Violations, list[str]]:
         """(`violations(...)`, `documented_headers(...)`) of one response, from one lookup."""
+        problems = Violations()
         op, found = self._locate(method, path)
         if op is None:
-            return found, []
+            problems.add(found)
+            return problems, []
         documented_response = self._response(op, status)
         if documented_response is None:
             documented = sorted(str(k) for k in op.definition.get("responses", {}))
-            return [Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
-                              rule=f"#{op.pointer}/responses")], []
+            problems.append(Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
+                                      rule=f"#{op.pointer}/responses"))
+            return problems, []
         response, pointer = documented_response
         lowered = _lower_headers(headers)
-        problems = self._header_violations(response, pointer, lowered)
-        problems += self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
-                                             where="/body", kind="response")
+        problems.add(self._header_violations(response, pointer, lowered))
+        problems.add(self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
+                                              where="/body", kind="response"))
         return problems, [lower for _name, lower, *_ in self._header_plan(response, pointer)]
 
     def request_violations(self, method: str, path: str, body: bytes | str | Any,
@@ -411,12 +464,10 @@ class Spec:
     def _validator(self, pointer: str) -> Draft202012Validator:
         validator = self._validators.get(pointer)
         if validator is None:
-            from jsonschema import Draft202012Validator
-
             with self._lock:
                 validator = self._validators.get(pointer)
                 if validator is None:
-                    validator = Draft202012Validator(
+                    validator = bounded_validator_class()(
                         {"$ref": f"{self._uri}#{pointer}"}, registry=self._registry, format_checker=_format_checker()
                     )
                     self._validators[pointer] = validator
@@ -432,15 +483,30 @@ class Spec:
         # Conforming traffic is the common case: the compiled predicate answers it at a small
         # fraction of jsonschema's cost. Anything it does not accept goes through jsonschema,
         # which stays the authority and says precisely what is wrong.
+        found = Violations()
         if self._accepts(pointer, instance):
-            return []
+            return found
         validator = self._validator(pointer)
-        if validator.is_valid(instance):
-            return []
-        found = []
-        for error in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.path))):
-            for path, expected, actual in _leaves(error, []):
-                found.append(Violation(where + json_pointer.pointer(path), expected, actual, rule="#" + pointer))
+        listed: list[tuple[list[str], Violation]] = []
+        # The first `LISTED` violations jsonschema finds, ordered by place; the rest counted while
+        # the work budget lasts (`specs/bounded.py`): a hostile body costs bounded time and text.
+        try:
+            with budget():
+                for error in validator.iter_errors(instance):
+                    for path, expected, actual in _leaves(error, []):
+                        if len(listed) < LISTED:
+                            shown_where = _short_pointer(where + json_pointer.pointer(path))
+                            listed.append((list(map(str, error.path)),
+                                           Violation(shown_where, _bounded(expected), _bounded(actual), rule="#" + pointer)))
+                        else:
+                            found.unlisted += 1
+        except OverBudget:
+            found.counted_all = False
+            if not listed:
+                listed.append(([], Violation(_short_pointer(where), "an instance its schema accepts",
+                                             f"one that breaks it in more places than {WORK_LIMIT:,} checks could list",
+                                             rule="#" + pointer)))
+        found.extend(violation for _path, violation in sorted(listed, key=lambda item: item[0]))
         return found
 
     def _response(self, op: Operation, status: int) -> tuple[Mapping[str, Any], str] | None:
@@ -530,7 +596,7 @@ class Spec:
                                       rule="#" + media_pointer)]
             if json_media and isinstance(instance, str):
                 try:
-                    instance = json.loads(instance)
+                    instance = loads_strict(instance)
                 except ValueError as exc:
                     return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
                 except RecursionError:  # a body nested thousands deep: a violation, never a crash

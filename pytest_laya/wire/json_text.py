@@ -1,0 +1,34 @@
+"""JSON as RFC 8259 has it: Python's `json` also reads NaN, Infinity and repeated member names.
+
+A validator that let them through would pass a body no other JSON reader agrees on: NaN passes
+every numeric bound, and of two ``"answers"`` members one reader takes the first and another the
+last. `loads_strict` refuses all three with a `ValueError` that names what it found.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["loads_strict"]
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                shown = key if len(key) <= 60 else key[:57] + "..."
+                raise ValueError(f"the member name {shown!r} appears more than once in one object")
+            seen.add(key)
+    return found
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """`json.loads`, refusing NaN, Infinity, -Infinity and repeated member names (`ValueError`)."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object)
