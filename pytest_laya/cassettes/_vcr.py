@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import vcr
 
 from pytest_laya.cassettes.config import CassetteConfig
+from pytest_laya.cassettes.disk import REPAIR
 from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
 from pytest_laya.cassettes.matching import (
@@ -94,7 +95,8 @@ def _classes() -> tuple[type, type]:
             try:
                 requests, responses = fresh_interactions(data)
             except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
-                raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}", path=path) from None
+                raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}",
+                                    path=path) from None
             with self._laya_lock:
                 for request, response in zip(requests, responses):
                     response = without_request_ids(response, request)

@@ -8,8 +8,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_laya.cassettes.errors import CassetteUnplayed, Unplayed
-from pytest_laya.cassettes.persist import Persister, atomic_write, provenance_of, recorded_date, render, today
+from pytest_laya.cassettes.disk import atomic_write, read_limited
+from pytest_laya.cassettes.errors import CassetteError, CassetteUnplayed, Unplayed
+from pytest_laya.cassettes.persist import Persister, provenance_of, recorded_date, render, today
 from pytest_laya.cassettes.scrub import Scrubber
 
 __all__ = [
@@ -164,9 +165,9 @@ class CassetteHandle:
         date = today()
         text = render(requests, responses, self._metadata(date))
         try:
-            old = self.path.read_bytes()
-        except OSError:
-            old = None
+            old = read_limited(self.path, "write")
+        except CassetteError:
+            old = None  # broken or too big: replaced (a FIFO or a directory: `atomic_write` refuses it)
         if old is not None:
             if old == text:
                 return "unchanged"

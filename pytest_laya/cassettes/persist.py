@@ -1,9 +1,8 @@
 """Cassette files: safe, checked loading; byte-stable rendering; atomic writes.
 
 Files are plain vcrpy YAML cassettes, parsed with a safe loader and checked field by field, so a
-truncated or hand-edited file is a `CassetteError` naming the file and the field. A save writes a
-temporary file in the same directory and `os.replace`s it, so a reader sees the old file or the
-new one, never a part.
+truncated or hand-edited file is a `CassetteError` naming the file and the field. Reading and
+writing the bytes (regular files only, a size limit, atomic saves) is `disk`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_laya.cassettes.disk import REPAIR, atomic_write, os_problem, read_limited
 from pytest_laya.cassettes.errors import CassetteError
 
 __all__ = [
+    "REPAIR",
+    "atomic_write",
+    "read_cassette",
+    "read_limited",
     "recorded_provenance",
 ]
 
@@ -31,40 +35,7 @@ def today() -> str:
     return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a reader sees the old file or the new one, never a part."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise CassetteError(f"could not write cassette {path}: {exc}; the previous file is unchanged",
-                                path=path) from exc
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable; best effort
-        with contextlib.suppress(OSError):
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-
-
-def _yaml_problem(path: Path, exc: Exception) -> CassetteError:
+def _yaml_problem(path: Path, exc: Exception, text: str) -> CassetteError:
     import yaml
 
     mark = getattr(exc, "problem_mark", None)
@@ -75,10 +46,17 @@ def _yaml_problem(path: Path, exc: Exception) -> CassetteError:
         shown = tag.group(1).replace("tag:yaml.org,2002:", "!!") if tag else "an unknown tag"
         return CassetteError(
             f"cassette {path} uses the YAML tag {shown}{where}, which a cassette may not contain: "
-            "it was loaded with a safe loader, so nothing in it ran. Delete the file and record it again.",
-            path=path)
-    return CassetteError(f"cassette {path} is not valid YAML: {problem}{where}; is it truncated? "
-                         "Record it again.", path=path)
+            f"it was loaded with a safe loader, so nothing in it ran. {REPAIR}", path=path)
+    index = getattr(mark, "index", None)
+    if mark is not None and index is not None and "\t" in text[max(0, index - 1):index + 1]:
+        why = ("it has a tab there, and YAML does not allow tabs for indentation: the file was edited by hand. "
+               "Replace the tab with spaces, or")
+    elif index is not None and index >= len(text.rstrip()):
+        why = "it ends in the middle of a value: it was cut off (truncated). Either"
+    else:
+        why = "the file was edited by hand or damaged. Fix that line, or"
+    return CassetteError(f"cassette {path} is not valid YAML: {problem}{where}; {why} "
+                         f"{REPAIR[len('To fix it, '):]}", path=path)
 
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -207,36 +185,37 @@ def _check_structure(path: Path, data: Any) -> None:
 
     if not isinstance(data, dict):
         raise bad(f"is not a vcrpy cassette: the top level is {type(data).__name__}, expected a mapping "
-                  "with 'interactions' and 'version'")
+                  f"with 'interactions' and 'version'. {REPAIR}")
     if "interactions" not in data:
-        raise bad("has no 'interactions' list: it is truncated or not a vcrpy cassette")
+        raise bad(f"has no 'interactions' list: it is truncated or not a vcrpy cassette. {REPAIR}")
     if not isinstance(data["interactions"], list):
-        raise bad(f"has 'interactions' of type {type(data['interactions']).__name__}, expected a list")
+        raise bad(f"has 'interactions' of type {type(data['interactions']).__name__}, expected a list. {REPAIR}")
     if "version" not in data:
         # vcrpy writes `version` after `interactions` (keys are sorted), so a cut file lacks it.
-        raise bad("has no 'version' key: the file is truncated (vcrpy writes it last)")
+        raise bad(f"has no 'version' key: the file is truncated (vcrpy writes it last). {REPAIR}")
     if not _is_int(data["version"]) or data["version"] != 1:
         version = data["version"]
         shown = repr(version) if isinstance(version, (int, float, type(None))) else _kind(version)
-        raise bad(f"has format version {shown}; this vcrpy cassette format is 1")
+        raise bad(f"has format version {shown}, and pytest-laya reads vcrpy's cassette format 1 only: it was "
+                  f"written by another tool or edited. {REPAIR}")
     for number, interaction in enumerate(data["interactions"], start=1):
         missing, wrong = _interaction_problems(interaction)
         if missing:
-            raise bad(f"interaction {number} lacks {', '.join(missing)}: the file is truncated or was edited")
+            raise bad(f"interaction {number} lacks {', '.join(missing)}: the file is truncated or was edited. {REPAIR}")
         if wrong:
-            raise bad(f"interaction {number}: {'; '.join(wrong)}. The file was edited: fix the field, "
-                      "or delete the file and record the test again")
+            raise bad(f"interaction {number}: {'; '.join(wrong)}. The file was edited: fix the field. {REPAIR}")
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise bad("has 'metadata' that is not a mapping")
+        raise bad(f"has 'metadata' that is not a mapping. {REPAIR}")
     provenance = metadata.get("pytest_laya") if isinstance(metadata, dict) else None
     if provenance is not None and not isinstance(provenance, dict):
-        raise bad("has 'metadata.pytest_laya' that is not a mapping")
+        raise bad(f"has 'metadata.pytest_laya' that is not a mapping. {REPAIR}")
     for key, value in (provenance or {}).items():
         expected = _PROVENANCE_TYPES.get(key)
         if expected and value is not None and (not isinstance(value, expected) or isinstance(value, bool)):
             raise bad(f"has metadata.pytest_laya.{key} {_kind(value)}, expected "
-                      f"{'a mapping' if expected == (dict,) else 'an integer' if expected == (int,) else 'a string'}")
+                      f"{'a mapping' if expected == (dict,) else 'an integer' if expected == (int,) else 'a string'}. "
+                      f"{REPAIR}")
 
 
 #: Parsed cassettes by path, with the file's identity when it was read (inode, size, mtime and
@@ -255,13 +234,13 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
     (`fresh_interactions` gives vcrpy objects of one's own).
     """
     try:
-        stat = os.stat(path)
+        info = os.stat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise CassetteError(f"cassette {path} cannot be read: {exc}", path=path) from exc
+        raise os_problem(path, exc, "read") from None
     key = str(path)
-    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    identity = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     with _PARSED_LOCK:
         cached = _PARSED.get(key)
         if cached is not None and cached[0] == identity:
@@ -287,25 +266,20 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
 
     from pytest_laya.cassettes import yaml_loader
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_limited(path)
+    if raw is None:
         return None
-    except IsADirectoryError:
-        raise CassetteError(f"cassette {path} is a directory, not a file", path=path) from None
-    except OSError as exc:
-        raise CassetteError(f"cassette {path} cannot be read: {exc}", path=path) from exc
     if not raw.strip():
-        raise CassetteError(f"cassette {path} is empty: it was cut off while being written; record it again",
-                            path=path)
+        raise CassetteError(f"cassette {path} is empty: it was cut off while being written. {REPAIR}", path=path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CassetteError(f"cassette {path} is not UTF-8 text ({exc})", path=path) from None
+        raise CassetteError(f"cassette {path} is not UTF-8 text ({exc}): it is binary, or was saved in another "
+                            f"encoding. {REPAIR}", path=path) from None
     try:
         data = yaml_loader.load(text)
     except yaml.YAMLError as exc:
-        raise _yaml_problem(path, exc) from None
+        raise _yaml_problem(path, exc, text) from None
     _check_structure(path, data)
     return data
 
@@ -423,7 +397,7 @@ class Persister:
         try:
             return fresh_interactions(data)
         except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
-            raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}", path=path) from None
+            raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}", path=path) from None
 
     def read(self, path: Path) -> dict[str, Any] | None:
         """Replay: the parsed cassette at `path` (shared, read-only), kept as `loaded`; None if absent."""
@@ -453,8 +427,10 @@ def recorded_provenance(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     import yaml
 
     try:
-        raw = Path(path).read_bytes()
-    except OSError:
+        raw = read_limited(Path(path))
+    except CassetteError:
+        return None
+    if raw is None:
         return None
     found = _METADATA_LINE.search(raw)
     if found is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin import options, summary
-from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, find_shared_cassettes
+from pytest_laya.plugin.cassette_fixture import broken_cassette, cassette_file, cassette_location, find_shared_cassettes
 from pytest_laya.plugin.handle import LayaServer
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["LayaRun", "LayaServer", "WORKEROUTPUT_KEY", "spec_observer"]
 
 _STATE = pytest.StashKey[LayaRun]()
+_SIZE_LIMIT_BEFORE = pytest.StashKey[int]()
 
 
 def _run(config: pytest.Config) -> LayaRun | None:
@@ -64,10 +65,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return
     run = config.stash[_STATE] = options.resolve(config)
+    config.stash[_SIZE_LIMIT_BEFORE] = _set_size_limit(run.max_cassette_bytes)
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
     config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
     if not config.pluginmanager.has_plugin("recording"):
         config.pluginmanager.register(_empty_vcr_config(), f"laya-vcr-config-{id(config)}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    before = config.stash.get(_SIZE_LIMIT_BEFORE, None)
+    if before is not None:
+        _set_size_limit(before)  # a nested run (pytester) leaves the outer run's limit as it was
+
+
+def _set_size_limit(limit: int) -> int:
+    from pytest_laya.cassettes.disk import set_size_limit
+
+    return set_size_limit(limit)
 
 
 def _overridden(item: pytest.Item, name: str) -> bool:
@@ -102,8 +116,9 @@ def _check_items(run: LayaRun, items: list[pytest.Item]) -> None:
         wanted = marker_options(item).get("server")  # typos fail the run at start-up, not one test at a time
         needs_url = run.mode in ("live", "record", "verify") and wanted in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
-        if needs_url and uses_laya and run.record_mode == "missing":
-            needs_url = not cassette_file(*cassette_location(item, run)).is_file()
+        if needs_url and uses_laya and run.record_mode == "missing" and not run.url:
+            path = cassette_file(*cassette_location(item, run))
+            needs_url = not path.is_file() or broken_cassette(path) is not None  # a broken one is recorded
         if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
             raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL, or laya_url "
                                     f"in the ini file), or @pytest.mark.laya(server='reference') on the test "

@@ -21,7 +21,8 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, conf
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["cassette_file", "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
+__all__ = ["broken_cassette", "cassette_file",
+           "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order),
 #: for the tests that share a file with another.
@@ -48,6 +49,21 @@ def cassette_file(directory: Path, relpath: Path) -> Path:
     """The file a cassette at `relpath` in `directory` is (``.yaml`` added as `laya_vcr` adds it)."""
     full = str(directory / relpath)
     return Path(full if full.endswith(CASSETTE_SUFFIX) else full + CASSETTE_SUFFIX).resolve()
+
+
+def broken_cassette(path: Path) -> str | None:
+    """Why the cassette at `path` cannot be replayed (broken, not a regular file, too big), or None
+    when it can or there is none: recording replaces a broken one."""
+    from pytest_laya.cassettes.errors import CassetteError
+    from pytest_laya.cassettes.persist import read_cassette
+
+    try:
+        read_cassette(path)
+    except CassetteError as exc:
+        text = str(exc)
+        shown = f"cassette {path} "
+        return (text.split(shown, 1)[1] if shown in text else text).split(". To fix it", 1)[0]
+    return None
 
 
 def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:

@@ -80,7 +80,11 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-identity-check", action="store_true", default=None,
                     help="read /health of --laya-url once and fail each replayed test whose cassette was recorded "
                          "from another checkpoint or revision (no request is replayed against it).")
+    group.addoption("--laya-max-cassette-size", default=None, metavar="SIZE",
+                    help="the largest cassette read or written, e.g. 16MiB (the default), 500kB or a number of "
+                         "bytes; a bigger one is an error that says so.")
     parser.addini("laya_mode", "default for --laya-mode", default="replay")
+    parser.addini("laya_max_cassette_size", "default for --laya-max-cassette-size", default="")
     parser.addini("laya_url", "default for --laya-url", default="")
     parser.addini("laya_spec", "default for --laya-spec", default="")
     parser.addini("laya_cassette_dir", "default for --laya-cassette-dir (relative to the ini file)", default="")
@@ -129,6 +133,7 @@ def resolve(config: pytest.Config) -> LayaRun:
                   cassette_dir=(base / cassette_dir) if cassette_dir else None, strict=bool(strict),
                   report=Path(report) if report else None, checkpoint=opt.laya_checkpoint)
     run.verify_tolerance = _verify_tolerance(config)
+    run.max_cassette_bytes = _max_cassette_bytes(config)
     run.record_mode = record_mode if mode == "record" else None
     run.conformance_mode = conformance
     run.block_network = bool(block_network)
@@ -204,6 +209,31 @@ def _verify_tolerance(config: pytest.Config) -> float:
     if not (value >= 0 and math.isfinite(value)):
         raise pytest.UsageError(f"{where}: the verify tolerance must be a number >= 0, e.g. 1e-4")
     return float(value)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024 ** 2, "mb": 1024 ** 2,
+               "mib": 1024 ** 2, "g": 1024 ** 3, "gb": 1024 ** 3, "gib": 1024 ** 3}
+
+
+def _max_cassette_bytes(config: pytest.Config) -> int:
+    """--laya-max-cassette-size, else the ini key, else 16 MiB; a bad value is a usage error."""
+    import re
+
+    from pytest_laya.cassettes.disk import DEFAULT_SIZE_LIMIT
+
+    text = config.option.laya_max_cassette_size
+    where = "--laya-max-cassette-size"
+    if text is None:
+        text = str(config.getini("laya_max_cassette_size") or "").strip()
+        if not text:
+            return DEFAULT_SIZE_LIMIT
+        where = f"laya_max_cassette_size = {text!r} in the ini file"
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = found.group(2).lower() if found else ""
+    if found is None or unit not in _SIZE_UNITS or float(found.group(1)) * _SIZE_UNITS[unit] < 1:
+        raise pytest.UsageError(f"{where}: a cassette size limit is a positive size such as 16MiB, 500kB or "
+                                f"1048576 (bytes)")
+    return int(float(found.group(1)) * _SIZE_UNITS[unit])
 
 
 def _check_url(run: LayaRun) -> None:

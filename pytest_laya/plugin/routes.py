@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, claim_cassette, pytest_recording_clash
+from pytest_laya.plugin.cassette_fixture import (
+    broken_cassette,
+    cassette_file,
+    cassette_location,
+    claim_cassette,
+    pytest_recording_clash,
+)
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
@@ -137,8 +143,8 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
         return given or _live_handle(request, run, wanted), "capture", None
     path = cassette_file(*cassette_location(request.node, run))
     mode = run.mode
-    if mode == "record" and run.record_mode == "missing" and path.is_file():
-        mode = "replay"  # --laya-record=missing: what has a cassette replays
+    if mode == "record" and run.record_mode == "missing" and broken_cassette(path) is None and path.is_file():
+        mode = "replay"  # --laya-record=missing: what has a (readable) cassette replays
     if mode == "replay":
         return _replay_handle(run, path) if given is None else given, "replay", path
     return given or _live_handle(request, run, wanted), ("record" if mode == "record" else "verify"), path
@@ -298,7 +304,13 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
         run.health_of(server)
     if kind == "verify":
         route.recorded = _recorded_interactions(run, request, config)
-    route.handle = _capture(run, config) if kind in ("capture", "verify") else _open_cassette(run, route, request, config)
+    try:
+        route.handle = _capture(run, config) if kind in ("capture", "verify") else _open_cassette(run, route, request, config)
+    except Exception:
+        if kind == "replay":  # a broken file: counted, so the summary does not say "none used"
+            run.count_cassette("broken")
+            run.tests.append(_test_record(run, route, "broken", None))
+        raise
     check = _SpecCheck(run, route)
     answerer = route.handle.cassette
     if given is None and server.kind == "fake":  # the session's fake: answered in memory, faults scripted per test
@@ -331,23 +343,36 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
 def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRoute, check: _SpecCheck) -> None:
     """After the test: save or check its cassette, compare in verify mode, count, report, and fail
     the test (at teardown) with any error its code caught and hid."""
+    from pytest_laya.cassettes.errors import CassetteError
+
     handle = route.handle
     assert handle is not None
     failed = request.node.stash.get(FAILED, False) or not request.node.stash.get(CALLED, False)
     outcome = None
     problems: list[str] = []
     drift = None
+    broken = None
     try:
         if route.kind == "record" and not failed:
             _set_recorded_provenance(run, route, check)
-            problems.extend(_changed_answers(run, route))
+            broken = broken_cassette(route.cassette_path) if route.cassette_path is not None else None
+            if broken is None:
+                problems.extend(_changed_answers(run, route))
         if route.kind == "record" and run.max_age is not None:
             from pytest_laya.cassettes.freshness import today
 
             handle.keep_date_after = (today() - datetime.timedelta(days=run.max_age)).isoformat()
         if route.kind in ("replay", "record"):
-            outcome = handle.finish(failed=failed)
+            try:
+                outcome = handle.finish(failed=failed)
+            except CassetteError:
+                if route.kind == "record":
+                    outcome = "unsaved"
+                    run.count_cassette(outcome)
+                raise
             run.count_cassette(outcome)
+            if broken is not None and outcome == "written":
+                run.note("broken cassettes replaced by this recording", f"{_shown_path(handle.path)}: {broken}")
         if route.kind == "verify" and not failed:
             from pytest_laya.plugin.verify_mode import verify_route
 

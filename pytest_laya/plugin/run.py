@@ -26,8 +26,9 @@ __all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "LayaRun", "WORKEROUTPUT_KEY"]
 
 #: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
 #: with no file; recorded (written); re-recorded with no byte changed; not saved because the test
-#: failed (kept: the old file stays; discarded: there was none).
-CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded")
+#: failed (kept: the old file stays; discarded: there was none); replay found a file it cannot read
+#: (broken); the write failed (unsaved).
+CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded", "broken", "unsaved")
 
 #: Set on a test's stash once any of its phases failed, and once its call phase ran.
 FAILED = pytest.StashKey[bool]()
@@ -70,6 +71,8 @@ class LayaRun:
     unused_cassettes: list[str] | None = None
     #: verify mode: how far a number may move from its recording, and what was compared.
     verify_tolerance: float = 1e-4
+    #: The largest cassette read or written (--laya-max-cassette-size).
+    max_cassette_bytes: int = 16 * 1024 * 1024
     verify: VerifyTotals | None = None
     #: Extra summary lines by section title (the server contract's target gaps and measurements).
     notes: dict[str, list[str]] = field(default_factory=dict)

@@ -20,7 +20,8 @@ from pytest_laya.plugin.unused import find_unused, prune, selection_problems
 #: How each count reads in the terminal summary.
 CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)", "recorded": "recorded",
                   "unchanged": "re-recorded unchanged", "kept": "kept (test failed; the old file stays)",
-                  "discarded": "discarded (test failed; nothing saved)"}
+                  "discarded": "discarded (test failed; nothing saved)",
+                  "broken": "broken (replay could not read the file)", "unsaved": "not saved (the write failed)"}
 
 __all__ = ["conclude", "summary", "write_terminal_summary"]
 
@@ -102,6 +103,11 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
         tr.line("a test failed while recording: its old cassette was kept as it was; fix the test and record again")
     if c.get("discarded"):
         tr.line("a test failed while recording and had no cassette yet: nothing was saved; fix it and record again")
+    if c.get("broken"):
+        tr.line(f"{c['broken']} cassette(s) could not be read: each test's error says why and what to do "
+                f"(--laya-record=missing replaces a broken file)", red=True)
+    if c.get("unsaved"):
+        tr.line(f"{c['unsaved']} recording(s) could not be saved (see each test's error)", red=True)
     if c.get("missing"):
         tr.line(f"{c['missing']} test(s) asked for a cassette that does not exist: record them with --laya-record=missing",
                 red=True)

@@ -33,7 +33,9 @@ def _library_frame(entry: Any) -> bool:
         return bool(below) and below[0].split(".")[0] in _LIBRARIES
     if "pytest_laya" in parts and "tests" not in parts:
         return True  # the kit's own frames, in a source checkout
-    return path.endswith(_STDLIB_HTTP)
+    # contextlib's plumbing: a kit error raised while a fixture's `with` opens or closes shows no
+    # `contextlib.__enter__` frame, only its message.
+    return path.endswith(_STDLIB_HTTP) or entry.frame.f_globals.get("__name__") == "contextlib"
 
 
 def _hidden_for_kit_errors(excinfo: Any) -> bool:
