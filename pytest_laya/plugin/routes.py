@@ -35,6 +35,7 @@ from pytest_laya.plugin.cassette_fixture import (
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
+from pytest_laya.plugin.verify_mode import changed_answers, shown_path, verify_route
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
@@ -357,7 +358,7 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
             _set_recorded_provenance(run, route, check)
             broken = broken_cassette(route.cassette_path) if route.cassette_path is not None else None
             if broken is None:
-                problems.extend(_changed_answers(run, route))
+                problems.extend(changed_answers(run, route))
         if route.kind == "record" and run.max_age is not None:
             from pytest_laya.cassettes.freshness import today
 
@@ -372,10 +373,8 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
                 raise
             run.count_cassette(outcome)
             if broken is not None and outcome == "written":
-                run.note("broken cassettes replaced by this recording", f"{_shown_path(handle.path)}: {broken}")
+                run.note("broken cassettes replaced by this recording", f"{shown_path(handle.path)}: {broken}")
         if route.kind == "verify" and not failed:
-            from pytest_laya.plugin.verify_mode import verify_route
-
             drift = verify_route(request, run, route)
     finally:
         run.tests.append(_test_record(run, route, outcome, drift))
@@ -451,38 +450,6 @@ def _server_seen(route: TestRoute, identity: Any) -> str:
         if name:
             return str(name)
     return redact_url(route.server.url)
-
-
-def _changed_answers(run: LayaRun, route: TestRoute) -> list[str]:
-    """What re-recording changed, per pointer, for the summary (a refresh that can be reviewed)."""
-    from pytest_laya.cassettes.verify import verify_interactions
-
-    handle = route.handle
-    assert handle is not None and route.cassette_path is not None
-    if not route.cassette_path.is_file():
-        return []
-    from pytest_laya.cassettes import laya_vcr
-
-    old = laya_vcr(record=False, cassette_dir=None, api_key=run.api_key, strict=False).open(route.cassette_path)
-    shown = _shown_path(route.cassette_path)
-    result = verify_interactions(list(old.cassette.data), list(handle.cassette.data), path=shown, rerecord="",
-                                 server=run.server_label(route.server), tolerance=0.0)
-    changed = [check for check in result.checks if not check.matches]
-    if not changed and len(result.checks) == len(old.cassette.data):
-        return []
-    lines = [f"{shown}: {len(changed)} of {len(result.checks)} interactions changed"]
-    for check in changed[:5]:
-        lines.append(f"  {check.line()}")
-    for line in lines:
-        run.note("re-recorded cassettes whose answers changed", line)
-    return lines
-
-
-def _shown_path(path: Path) -> str:
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def _urls(run: LayaRun, server: ServerHandle) -> list[str]:
