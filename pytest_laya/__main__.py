@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 __all__ = ["main", "pytest_arguments"]
 
@@ -137,10 +136,14 @@ def _prune(report: dict[str, Any], name: str, root: Path) -> int:
 
 
 def _url_problem(url: str) -> str | None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = url if "@" not in url else "<a URL with credentials>"
-        return f"URL must be an http(s) URL such as http://127.0.0.1:8000, got {shown!r}"
+    """Why `url` is no server base URL (named ``URL``, as this command calls it), or None."""
+    from pytest_laya.client.settings import base_url
+    from pytest_laya.wire.errors import LayaError
+
+    try:
+        base_url(url, "URL")
+    except LayaError as exc:
+        return exc.summary
     return None
 
 
@@ -189,6 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(problem)
     import pytest
 
+    from pytest_laya.plugin.options import check_url
+
+    try:  # here, so the message names this command's URL, not the --laya-url it hands pytest
+        check_url(options.url.rstrip("/"), where="URL")
+    except pytest.UsageError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
     return int(pytest.main(pytest_arguments(options.url.rstrip("/"), spec=options.spec, api_key=options.api_key,
                                             extra=extra)))
 

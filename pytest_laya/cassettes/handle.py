@@ -123,7 +123,9 @@ class CassetteHandle:
             raise CassetteUnplayed(
                 f"{len(left)} of {self.interactions} recorded interactions in {self.path} were never played: "
                 f"{listed}. The test no longer makes these requests: record it again with "
-                f"{self.cassette.record_hint}, or pass strict=False", path=self.path, unplayed=left)
+                f"{self.cassette.record_hint}; or, if they may go unplayed, mark the test "
+                f"@pytest.mark.laya(strict=False) (--no-laya-strict for the whole run; strict=False for "
+                f"pytest_laya.cassettes.use_cassette)", path=self.path, unplayed=left)
 
     def discard(self) -> None:
         """Don't save what this run recorded (the test failed): the old cassette stays as it was."""

@@ -20,10 +20,10 @@ from pytest_laya.client.call import (
     routed_names,
     routing_identity,
     server_said,
-    untrusted_certificate,
+    tls_error,
     with_identity,
 )
-from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
+from pytest_laya.client.policy import Deadline, RetryPolicy
 from pytest_laya.client.secret import Secret
 from pytest_laya.client.settings import ClientSettings
 from pytest_laya.wire.decision import Decision
@@ -108,8 +108,9 @@ class ClientBase:
 
     def _health_error(self, attempt: Attempt) -> LayaError:
         url = self.settings.shown_url
-        if attempt.failure is TransportFailure.UNTRUSTED:
-            return untrusted_certificate(url, self.settings.scrub(str(attempt.cause)))
+        setup = tls_error(attempt.failure, url, self.settings.scrub(str(attempt.cause))) if attempt.failure else None
+        if setup is not None:
+            return setup
         if attempt.failure is not None:
             call = LayaCallError(f"GET {HEALTH_PATH} on {url} failed: {attempt.failure.value}",
                                  code=attempt.failure.value, url=url)

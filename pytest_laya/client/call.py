@@ -204,8 +204,9 @@ class DecisionCall:
         kind = attempt.failure
         tried = f" after {attempts} attempts" if attempts > 1 else ""
         url = self.settings.shown_url
-        if kind is TransportFailure.UNTRUSTED:
-            return self.error(untrusted_certificate(url, self.settings.scrub(str(attempt.cause))))
+        setup = tls_error(kind, url, self.settings.scrub(str(attempt.cause))) if kind else None
+        if setup is not None:
+            return self.error(setup)
         if kind is TransportFailure.TIMED_OUT:
             message = f"no complete answer from {url} within the {self.settings.timeout_s:g}s deadline{tried}"
         elif kind is TransportFailure.REFUSED:
@@ -363,11 +364,30 @@ def untrusted_certificate(url: str, said: str) -> LayaConfigError:
                            " to the CA bundle that signed it", code=TransportFailure.UNTRUSTED.value, url=url)
 
 
+def tls_failed(url: str, said: str) -> LayaConfigError:
+    """A TLS handshake that failed before any certificate: most often https:// to a plain-HTTP port."""
+    plain = "http://" + url[len("https://"):] if url.startswith("https://") else None
+    hint = f": if the server speaks plain HTTP, use {plain}" if plain else ""
+    return LayaConfigError(f"the TLS handshake with {url} failed ({said}){hint}", code=TransportFailure.TLS_FAILED.value,
+                           url=url)
+
+
+def tls_error(kind: TransportFailure, url: str, said: str) -> LayaConfigError | None:
+    """The setup error for a TLS failure (`UNTRUSTED`, `TLS_FAILED`), else None."""
+    if kind is TransportFailure.UNTRUSTED:
+        return untrusted_certificate(url, said)
+    if kind is TransportFailure.TLS_FAILED:
+        return tls_failed(url, said)
+    return None
+
+
 def classify_failure(exc: httpx.TransportError) -> TransportFailure:
     if isinstance(exc, httpx.TimeoutException):
         return TransportFailure.TIMED_OUT
     if isinstance(exc, httpx.ConnectError):
-        return TransportFailure.UNTRUSTED if _caused_by(exc, ssl.SSLCertVerificationError) else TransportFailure.REFUSED
+        if _caused_by(exc, ssl.SSLCertVerificationError):
+            return TransportFailure.UNTRUSTED
+        return TransportFailure.TLS_FAILED if _caused_by(exc, ssl.SSLError) else TransportFailure.REFUSED
     return TransportFailure.DROPPED
 
 

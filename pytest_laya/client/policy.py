@@ -45,6 +45,7 @@ class TransportFailure(enum.Enum):
     DROPPED = "connection_dropped"
     TIMED_OUT = "deadline_exceeded"
     UNTRUSTED = "untrusted_certificate"  # the TLS handshake refused the server's certificate
+    TLS_FAILED = "tls_handshake_failed"  # no TLS handshake at all, e.g. https:// to a plain-HTTP port
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class RetryPolicy:
     reconnect_pause_s: float = 0.05
 
     def after_failure(self, failure: TransportFailure, attempt: int, deadline: Deadline) -> Retry | None:
-        if attempt > self.max_retries or failure in (TransportFailure.TIMED_OUT, TransportFailure.UNTRUSTED):
+        if attempt > self.max_retries or failure in (TransportFailure.TIMED_OUT, TransportFailure.UNTRUSTED,
+                                                                 TransportFailure.TLS_FAILED):
             return None
         wait = self.reconnect_pause_s if failure is TransportFailure.REFUSED else 0.0
         if deadline.remaining() <= wait:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pytest_laya.client.secret import Secret, key_problem
 from pytest_laya.wire.errors import LayaConfigError
 
-__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "RedactedUrl", "redact_url", "strip_userinfo"]
+__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "RedactedUrl", "base_url", "redact_url", "strip_userinfo"]
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -91,6 +91,10 @@ def strip_userinfo(url: str) -> str:
     return head + host + rest
 
 
+#: The routes the client appends to a base URL: a URL ending in one would ask /v1/systemone/v1/systemone.
+_ROUTES = ("/v1/systemone/batch", "/v1/systemone", "/health")
+
+
 def _url_problem(url: str) -> str | None:
     """Why the client cannot use `url` ('' when it is not http(s) at all), or None.
 
@@ -112,6 +116,9 @@ def _url_problem(url: str) -> str | None:
         return "port 0 is not a port a server listens on"
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         return "a base URL has no query string or fragment (the client adds /v1/systemone and /health)"
+    route = next((r for r in _ROUTES if parts.path.rstrip("/").endswith(r)), None)
+    if route is not None:
+        return f"it ends in {route}, which the client adds itself: drop it and give the server's base URL"
     import httpx
 
     try:
@@ -119,6 +126,11 @@ def _url_problem(url: str) -> str | None:
     except (httpx.InvalidURL, ValueError):
         return "httpx cannot parse it"
     return None
+
+
+def base_url(url: object, source: str) -> str:
+    """`url` as a server's base URL, or a `LayaConfigError` naming `source` (where it was given)."""
+    return _check_url(url, source)
 
 
 def _check_url(url: object, source: str) -> str:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["CONFORMANCE", "MODES", "RECORD_MODES", "SPECS", "add_options", "resolve"]
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.client.secret import Secret
+
+__all__ = ["CONFORMANCE", "MODES", "RECORD_MODES", "SPECS", "add_options", "check_url", "resolve"]
 
 MODES = ("replay", "record", "live", "fake", "verify")
 SPECS = ("auto", "current", "target")
@@ -117,6 +121,8 @@ def resolve(config: pytest.Config) -> LayaRun:
     if mode == "record" and not record_mode:
         record_mode = "all"
     url = opt.laya_url or config.getini("laya_url") or os.environ.get("LAYA_SERVED_URL") or None
+    url_source = ("--laya-url" if opt.laya_url else "laya_url in the ini file" if config.getini("laya_url")
+                  else "LAYA_SERVED_URL")
     spec = opt.laya_spec or config.getini("laya_spec") or "auto"
     if spec not in SPECS:
         raise pytest.UsageError(f"laya_spec = {spec!r} in the ini file: use {', '.join(SPECS)}")
@@ -149,7 +155,7 @@ def resolve(config: pytest.Config) -> LayaRun:
         raise pytest.UsageError("--laya-identity-check compares cassettes with a live server's /health: "
                                 "give its URL with --laya-url (or LAYA_SERVED_URL)")
     if run.url:
-        _check_url(run)
+        check_url(run.url, run.api_key, where=url_source, reach=run.mode in ("live", "record", "verify"))
     return run
 
 
@@ -236,25 +242,27 @@ def _max_cassette_bytes(config: pytest.Config) -> int:
     return int(float(found.group(1)) * _SIZE_UNITS[unit])
 
 
-def _check_url(run: LayaRun) -> None:
+def check_url(url: str, api_key: Secret | None = None, *, where: str, reach: bool = True) -> None:
+    """A `pytest.UsageError` naming `where` (the option, ini key or variable the URL came from)
+    when `url` is no server base URL or, with `reach`, nothing answers there."""
     from pytest_laya.client import ServedLayaClient
     from pytest_laya.client.policy import TransportFailure
-    from pytest_laya.client.settings import ClientSettings, redact_url
+    from pytest_laya.client.settings import base_url, redact_url
     from pytest_laya.wire.errors import LayaError
 
-    assert run.url is not None
     try:
-        ClientSettings.resolve(run.url, environ={})
+        base_url(url, where)
     except LayaError as exc:
-        raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
-    if run.mode not in ("live", "record", "verify"):
+        raise pytest.UsageError(exc.summary) from None
+    if not reach:
         return
     try:  # any HTTP answer means the server is there; the client bounds the time and the body
-        with ServedLayaClient(run.url, api_key=run.api_key, timeout_s=5.0) as client:
+        with ServedLayaClient(url, api_key=api_key, timeout_s=5.0) as client:
             client.health()
     except LayaError as exc:
-        if exc.code == TransportFailure.UNTRUSTED.value:  # it is there, but the client will not talk to it
-            raise pytest.UsageError(f"--laya-url: {exc.summary}") from None
+        if exc.code in (TransportFailure.UNTRUSTED.value, TransportFailure.TLS_FAILED.value):
+            # it is there, but the client will not talk to it
+            raise pytest.UsageError(f"{where} {redact_url(url)}: {exc.summary}") from None
         if exc.status is None:
-            raise pytest.UsageError(f"--laya-url {redact_url(run.url)} cannot be reached ({exc.code}): start the "
+            raise pytest.UsageError(f"{where} {redact_url(url)} cannot be reached ({exc.code}): start the "
                                     f"server or fix the URL") from None

@@ -175,7 +175,7 @@ class _SpecCheck:
             return server.spec, f"a {server.kind} server implements it"
         health = self.run.health_of(server) if server.kind != "replay" else None
         claim = claimed_spec_of(exchange.headers, health)
-        return claim.name, f"the server: {claim.reason}"
+        return claim.name, claim.of("the server")
 
     def __call__(self, exchange: Exchange) -> None:
         from pytest_laya.specs.conformance import SPECS, SpecViolationError

@@ -28,6 +28,14 @@ class ClaimedSpec:
     name: str
     reason: str
 
+    def of(self, server: str) -> str:
+        """`reason` with `server` named in place of "it": ``the server's Laya-Spec header says target``."""
+        if self.reason.startswith("its "):
+            return f"{server}'s {self.reason[4:]}"
+        if self.reason.startswith("it "):
+            return f"{server} {self.reason[3:]}"
+        return f"{server}: {self.reason}"
+
 
 def claimed_spec_of(headers: Mapping[str, str] | None, health: Health | Mapping[str, Any] | None) -> ClaimedSpec:
     """The spec a server claims: `headers`' `Laya-Spec`, else `health`'s ``spec``, else current.

@@ -154,7 +154,33 @@ def test_a_run_against_an_untrusted_server_stops_at_once_saying_what_to_do(pytes
     pytester.makepyfile(test_it="def test_it(laya_client):\n    pass\n")
     result = run(pytester, "--laya-mode=live", f"--laya-url={url_of(https_server)}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--laya-url: the TLS certificate of https://127.0.0.1:* is not trusted (*): set "
+    result.stderr.fnmatch_lines(["*--laya-url https://127.0.0.1:*: the TLS certificate of https://127.0.0.1:* is not trusted (*): set "
                                  "SSL_CERT_FILE (or SSL_CERT_DIR) to the CA bundle that signed it*"])
     monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ca.pem"))
     run(pytester, "--laya-mode=live", f"--laya-url={url_of(https_server)}").assert_outcomes(passed=1)
+
+
+def test_https_to_a_plain_http_server_says_to_use_http_not_that_it_is_down(kind):
+    # The TLS handshake got an HTTP answer: the server runs; the URL's scheme is wrong. Not retried.
+    from pytest_laya.fake import FakeLayaServer
+
+    with FakeLayaServer() as fake:
+        port = fake.url.rsplit(":", 1)[1]
+        error, _ = decide(kind, f"https://127.0.0.1:{port}")
+        assert len(fake.calls) == 0
+    assert isinstance(error, LayaConfigError), error
+    assert error.code == "tls_handshake_failed"
+    assert f"if the server speaks plain HTTP, use http://127.0.0.1:{port}" in str(error)
+    assert "is the server running" not in str(error)
+
+
+def test_a_run_with_https_to_a_plain_http_server_stops_at_once_saying_so(pytester):
+    from pytest_laya.fake import FakeLayaServer
+
+    pytester.makepyfile(test_it="def test_it(laya_client):\n    pass\n")
+    with FakeLayaServer() as fake:
+        url = fake.url.replace("http://", "https://")
+        result = run(pytester, "--laya-mode=live", f"--laya-url={url}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --laya-url {url}: the TLS handshake with {url} failed (*): if the server "
+                                 f"speaks plain HTTP, use {fake.url}*"])

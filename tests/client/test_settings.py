@@ -164,3 +164,14 @@ def test_redact_url_hides_credentials_and_queries_and_never_raises(url, shown):
     from pytest_laya.client import redact_url
 
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/systemone/", "/v1/systemone/batch", "/health"])
+def test_a_url_that_already_ends_in_a_route_says_to_drop_it(route):
+    # Else every decision would 404 at /v1/systemone/v1/systemone, with no hint why.
+    with pytest.raises(LayaConfigError) as caught:
+        ClientSettings.resolve(f"http://127.0.0.1:8000/gateway{route}", environ={})
+    assert caught.value.code == "bad_setting"
+    assert f"it ends in {route.rstrip('/')}, which the client adds itself: drop it" in str(caught.value)
+    # A prefix before the routes is a base URL like any other.
+    assert ClientSettings.resolve("http://127.0.0.1:8000/gateway", environ={}).url == "http://127.0.0.1:8000/gateway"

@@ -649,6 +649,8 @@ def test_python_m_pytest_laya_check_runs_the_contract_end_to_end(reference_keyed
     (["check"], "the following arguments are required: URL"),
     (["check", "localhost:8000"], "URL must be an http(s) URL such as http://127.0.0.1:8000, got 'localhost:8000'"),
     (["check", "http://127.0.0.1:8000", "--spec", "future"], "argument --spec: invalid choice: 'future'"),
+    (["check", "http://127.0.0.1:8000/v1/systemone"], "URL must be an http(s) URL such as http://127.0.0.1:8000, got "
+     "'http://127.0.0.1:8000/v1/systemone': it ends in /v1/systemone, which the client adds itself: drop it"),
 ])
 def test_check_usage_errors_are_one_line(capsys, argv, words):
     with pytest.raises(SystemExit) as exited:
@@ -765,3 +767,12 @@ def test_check_help_shows_the_pytest_passthrough(capsys):
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert "[-- PYTEST_ARGS...]" in out and "Arguments after -- go to pytest unchanged" in out
+
+
+def test_check_names_an_unreachable_server_by_its_url_argument_not_laya_url(capsys):
+    from pytest_laya.faults import closed_loopback_url
+
+    url = closed_loopback_url()
+    assert main(["check", url]) == pytest.ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert err == f"ERROR: URL {url} cannot be reached (connection_refused): start the server or fix the URL\n"

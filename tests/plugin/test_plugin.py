@@ -114,7 +114,10 @@ def test_live_mode_conforms_to_the_current_spec_and_writes_a_report(pytester, la
     [
         (["--laya-mode=live"], "*--laya-mode=live needs --laya-url URL*"),
         (["--laya-mode=live", "--laya-url=http://127.0.0.1:9"], "*--laya-url http://127.0.0.1:9 cannot be reached*"),
-        (["--laya-mode=live", "--laya-url=localhost:8000"], "*--laya-url: url must be an http(s) URL*"),
+        (["--laya-mode=live", "--laya-url=localhost:8000"], "ERROR: --laya-url must be an http(s) URL*"),
+        (["--laya-mode=live", "--laya-url=http://127.0.0.1:8000/v1/systemone"],
+         "ERROR: --laya-url must be * got 'http://127.0.0.1:8000/v1/systemone': it ends in /v1/systemone, which the "
+         "client adds itself: drop it and give the server's base URL"),
         (["--laya-record", "--laya-mode=fake"], "*--laya-record asks for record mode, but --laya-mode=fake*"),
     ],
 )
@@ -123,6 +126,19 @@ def test_bad_configuration_is_one_usage_error(pytester, args, message):
     result = run(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("localhost:8000", "ERROR: LAYA_SERVED_URL must be an http(s) URL such as http://127.0.0.1:8000, got 'localhost:8000'"),
+    ("http://127.0.0.1:9", "ERROR: LAYA_SERVED_URL http://127.0.0.1:9 cannot be reached (connection_refused)*"),
+])
+def test_a_bad_laya_served_url_is_named_as_the_variable_it_came_from(pytester, monkeypatch, url, message):
+    monkeypatch.setenv("LAYA_SERVED_URL", url)
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    result = run(pytester, "--laya-mode=live")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "--laya-url" not in result.stderr.str()
 
 
 def test_ini_keys_apply_and_the_command_line_wins(pytester):
@@ -497,7 +513,8 @@ def test_unplayed_interactions_fail_strict_replay_only(pytester, laya_serve_like
     strict = run(pytester)
     strict.assert_outcomes(failed=1)  # the test fails, once, not its teardown
     strict.stdout.fnmatch_lines(["*CassetteUnplayed*1 of * recorded interactions in *test_twice.yaml were never played: "
-                                 "POST /v1/systemone *second*--laya-record*strict=False*"])
+                                 "POST /v1/systemone *second*--laya-record; or, if they may go unplayed, mark the "
+                                 "test @pytest.mark.laya(strict=False) (--no-laya-strict for the whole run;*"])
     run(pytester, "--laya-strict").assert_outcomes(failed=1)
     run(pytester, "--no-laya-strict").assert_outcomes(passed=1)
     pytester.makeini("[pytest]\nlaya_strict = false\n")
@@ -612,3 +629,14 @@ async def test_async_agrees(laya_model):
 """)
     fake = pytester.runpytest_subprocess("-p", "asyncio", *WITHOUT_UNUSED_PLUGINS, "--laya-mode=fake")
     fake.assert_outcomes(passed=2)
+
+
+def test_a_violation_by_a_server_that_claims_no_spec_says_so_in_a_sentence(pytester):
+    from pytest_laya.faults import Respond, ScriptedServer
+
+    pytester.makepyfile(test_it="def test_x(laya_client):\n    laya_client.health()\n")
+    with ScriptedServer(default=Respond(200, {"status": 7})) as server:
+        result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*The current spec applies because the server claims none, with no Laya-Spec header "
+                                 "and no \"spec\" in /health; pass --laya-spec target*"])

@@ -31,3 +31,11 @@ def test_a_server_that_claims_nothing_is_held_to_the_current_spec(headers, healt
     assert claim.name == "current"
     assert "claims none" in claim.reason
     assert "(" not in claim.reason  # summaries show the reason in parentheses: none nested
+
+
+def test_a_reason_names_the_server_it_is_about():
+    # "The current spec applies because the server claims none", never "because the server: it claims none".
+    assert claimed_spec_of({}, None).of("the server") == \
+        'the server claims none, with no Laya-Spec header and no "spec" in /health'
+    assert claimed_spec_of({"laya-spec": "target"}, None).of("the server") == "the server's Laya-Spec header says target"
+    assert claimed_spec_of({}, {"spec": "target"}).of("the server") == "the server's /health says \"spec\": \"target\""
