@@ -85,6 +85,9 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
     c = report["cassettes"]
     tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
     counted = [f"{c[key]} {CASSETTE_WORDS[key]}" for key in CASSETTE_COUNTS if c.get(key)]
+    if run.verify and run.verify.results:  # verify reads each test's cassette and replays it live
+        checked = len(run.verify.results)
+        counted.append(f"{checked} verified against the live server (below)")
     tr.line(f"cassettes: {', '.join(counted) or 'none used'}")
     for section, lines in run.notes.items():  # before the conformance table, which ends the section
         tr.line(f"{section}:")

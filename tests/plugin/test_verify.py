@@ -73,7 +73,9 @@ def test_an_unchanged_server_verifies(pytester, fake):
     served = len(fake.requests)
     result = verify(pytester, fake)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["mode: verify*", "verify: 1 cassette, 1 of 1 interactions match, 0 cassettes drifted*"])
+    result.stdout.fnmatch_lines(["mode: verify*", "cassettes: 1 verified against the live server (below)",
+                                 "verify: 1 cassette, 1 of 1 interactions match, 0 cassettes drifted*"])
+    assert "none used" not in result.stdout.str()
     assert len(fake.requests) > served  # verify asked the live server again
     assert cassette.read_bytes() == before  # and never writes a cassette
 
@@ -303,3 +305,14 @@ def test_verify_against_laya_serve_that_loaded_other_models_since_the_recording_
     result = run(pytester, "--laya-mode=verify", f"--laya-url={real_laya_serve.url}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["verify: 1 cassette, 2 of 2 interactions match, 0 cassettes drifted*"])
+
+
+def test_the_cassette_count_of_a_verify_run_on_workers_is_every_cassette_checked(pytester, fake):
+    pytester.makepyfile(test_it=TEST_DECIDE, test_other=TEST_DECIDE)
+    run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-api-key={CANARY}").assert_outcomes(passed=2)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS,
+                                           "-n", "2", "--laya-mode=verify", f"--laya-url={fake.url}",
+                                           f"--laya-api-key={CANARY}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["cassettes: 2 verified against the live server (below)",
+                                 "verify: 2 cassettes, 2 of 2 interactions match, 0 cassettes drifted*"])
