@@ -11,7 +11,8 @@ with ``--spec auto``) the server is held to the spec it claims: its Laya-Spec he
 ``report merge A.json B.json ... [--out MERGED.json]`` joins the ``--laya-report`` files of a
 split run's shards (exit 0, or 2 for a file that is not a report); ``report prune MERGED.json``
 deletes the cassettes the merged report found no shard used (exit 1 when it could not say).
-See docs/teams.md.
+``store push DIR URL`` and ``store pull URL DIR`` copy cassettes to and from a shared store
+(exit 1 when the store cannot be read or written). See docs/teams.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=PROG, description="pytest-laya's command line.")
-    commands = parser.add_subparsers(dest="command", metavar="check|report|proxy", parser_class=_OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="check|report|store|proxy", parser_class=_OneLineParser)
     commands.required = True
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
                                 usage=USAGE, description="Run the HTTP contract of a served Laya against URL; exit "
@@ -54,10 +55,48 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--api-key", default=None, metavar="KEY",
                        help="the server's bearer token (default: LAYA_SERVED_API_KEY); never printed")
     _add_report_commands(commands)
+    _add_store_commands(commands)
     from pytest_laya.plugin.proxy_command import add_proxy_parser
 
     add_proxy_parser(commands)
     return parser
+
+
+def _add_store_commands(commands: Any) -> None:
+    """``store push DIR URL`` and ``store pull URL DIR`` (docs/teams.md, "Shared cassettes")."""
+    store = commands.add_parser("store", help="copy cassettes to or from a shared store (fsspec URL)",
+                                description="Copy pytest-laya cassettes between a directory and a shared store.")
+    actions = store.add_subparsers(dest="action", metavar="push|pull", parser_class=_OneLineParser)
+    actions.required = True
+    push = actions.add_parser("push", help="copy every cassette under DIR to URL",
+                              description="Copy every pytest-laya cassette under DIR to the store at URL, keyed by "
+                                          "its path relative to DIR (run it with DIR the rootdir).")
+    push.add_argument("directory", metavar="DIR")
+    push.add_argument("url", metavar="URL")
+    pull = actions.add_parser("pull", help="copy every cassette of URL into DIR",
+                              description="Copy every pytest-laya cassette of the store at URL into DIR.")
+    pull.add_argument("url", metavar="URL")
+    pull.add_argument("directory", metavar="DIR")
+
+
+def _store(options: argparse.Namespace) -> int:
+    from pytest_laya.store import CassetteStore, StoreError, pull, push
+
+    store = CassetteStore(options.url, writable=options.action == "push")
+    directory = Path(options.directory)
+    try:
+        if options.action == "push":
+            keys = push(directory, store)
+            print(f"pushed {len(keys)} cassette(s) from {directory} to {store.shown}")
+            return 0
+        keys, skipped = pull(store, directory)
+        print(f"pulled {len(keys)} cassette(s) from {store.shown} into {directory}")
+        for key in skipped:
+            print(f"  left out {key}: not a pytest-laya cassette")
+        return 0
+    except StoreError as exc:
+        sys.stderr.write(f"{PROG} store {options.action}: {exc}\n")
+        return 1
 
 
 def _add_report_commands(commands: Any) -> None:
@@ -183,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.command == "report":
         return _report(options)
+    if options.command == "store":
+        return _store(options)
     if options.command == "proxy":
         from pytest_laya.plugin import proxy_command
 

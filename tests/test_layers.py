@@ -28,6 +28,7 @@ LAYERS = {
     "pytest_laya.servers": 4,
     "pytest_laya.intercept": 4,
     "pytest_laya.proxy": 4,
+    "pytest_laya.store": 4,
     "pytest_laya.models": 5,
     "pytest_laya.contract": 5,
     "pytest_laya.strategies": 5,
@@ -213,7 +214,8 @@ def test_the_one_idea_list_names_only_long_modules():
 def test_import_pytest_laya_loads_nothing_heavy():
     import subprocess
 
-    code = ("import sys, pytest_laya, pytest_laya.plugin, pytest_laya.cassettes, pytest_laya.fake; "
-            "print(sorted(m for m in ('torch','transformers','laya','uvicorn','starlette','vcr') if m in sys.modules))")
+    code = ("import sys, pytest_laya, pytest_laya.plugin, pytest_laya.cassettes, pytest_laya.fake, pytest_laya.store, "
+            "pytest_laya.report; print(sorted(m for m in ('torch','transformers','laya','uvicorn','starlette','vcr',"
+            "'fsspec','s3fs','matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

@@ -13,11 +13,15 @@ import hashlib
 import re
 from pathlib import Path, PurePosixPath
 
-__all__ = ["CASSETTE_SUFFIX", "MAX_NAME", "cassette_relpath", "confined", "safe_name"]
+__all__ = ["CASSETTE_SUFFIX", "LAYA_METADATA", "MAX_NAME", "cassette_relpath", "confined", "safe_name",
+           "written_by_pytest_laya"]
 
 CASSETTE_SUFFIX = ".yaml"
 #: The longest file name (without the suffix) a cassette gets; longer ones are shortened + hashed.
 MAX_NAME = 120
+# How a file pytest-laya wrote is told from other vcrpy cassettes sharing its directory
+# (pytest-recording's use the same <module>/<test>.yaml layout): it has `metadata.pytest_laya`.
+LAYA_METADATA = re.compile(rb"(?m)^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+pytest_laya:")
 _KEPT = re.compile(r"[A-Za-z0-9_.,=+\-\[\]]")
 _ALL_KEPT = re.compile(r"[A-Za-z0-9_.,=+\-\[\]]+")
 
@@ -67,3 +71,8 @@ def confined(directory: Path, relpath: str | PurePosixPath, *, where: str) -> Pa
     if not full.is_relative_to(directory.resolve()):
         raise ValueError(f"{where}: cassette {str(relpath)!r} resolves outside the cassette directory ({directory})")
     return full
+
+
+def written_by_pytest_laya(raw: bytes) -> bool:
+    """Whether a cassette file's bytes are pytest-laya's (they carry ``metadata.pytest_laya``)."""
+    return LAYA_METADATA.search(raw) is not None

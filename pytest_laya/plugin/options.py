@@ -87,6 +87,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-max-cassette-size", default=None, metavar="SIZE",
                     help="the largest cassette read or written, e.g. 16MiB (the default), 500kB or a number of "
                          "bytes; a bigger one is an error that says so.")
+    group.addoption("--laya-store", default=None, metavar="URL",
+                    help="a shared cassette store (s3://, gs://, az://, memory://, file://; needs "
+                         "pytest-laya[store]): a cassette missing locally is fetched from it. Read-only unless "
+                         "--laya-store-write.")
+    group.addoption("--laya-store-write", action="store_true", default=None,
+                    help="also write each cassette recorded to --laya-store.")
     parser.addini("laya_mode", "default for --laya-mode", default="replay")
     parser.addini("laya_max_cassette_size", "default for --laya-max-cassette-size", default="")
     parser.addini("laya_url", "default for --laya-url", default="")
@@ -100,6 +106,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("laya_max_age", "default for --laya-max-age (days)", default="")
     parser.addini("laya_max_age_warn", "default for --laya-max-age-warn", type="bool", default=False)
     parser.addini("laya_identity_check", "default for --laya-identity-check", type="bool", default=False)
+    parser.addini("laya_store", "default for --laya-store", default="")
+    parser.addini("laya_store_write", "default for --laya-store-write", type="bool", default=False)
     parser.addini("laya_url_env", "an environment variable every Laya test gets the server's URL in "
                   "(e.g. LAYA_SERVED_URL), for a service that reads its URL from the environment", default="")
     parser.addini("laya_api_key_env", "the environment variable the server's API key goes in beside the URL "
@@ -154,9 +162,27 @@ def resolve(config: pytest.Config) -> LayaRun:
     if run.identity_check and not run.url:
         raise pytest.UsageError("--laya-identity-check compares cassettes with a live server's /health: "
                                 "give its URL with --laya-url (or LAYA_SERVED_URL)")
+    run.store = _store(config)
     if run.url:
         check_url(run.url, run.api_key, where=url_source, reach=run.mode in ("live", "record", "verify"))
     return run
+
+
+def _store(config: pytest.Config) -> object:
+    """--laya-store, else the ini key: a `CassetteStore` (opened on first use), or None."""
+    url = config.option.laya_store or str(config.getini("laya_store") or "").strip()
+    write = config.option.laya_store_write if config.option.laya_store_write is not None else \
+        config.getini("laya_store_write")
+    if not url:
+        if config.option.laya_store_write:
+            raise pytest.UsageError("--laya-store-write writes to the shared cassette store: give it with --laya-store URL")
+        return None
+    from pytest_laya.store import CassetteStore, shown_url
+
+    if "://" not in url:
+        raise pytest.UsageError(f"--laya-store {shown_url(url)!r} is not a URL: use e.g. s3://bucket/cassettes, "
+                                f"file:///srv/cassettes or memory://cassettes")
+    return CassetteStore(url, writable=bool(write))
 
 
 def _max_age(config: pytest.Config) -> int | None:

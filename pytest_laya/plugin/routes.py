@@ -35,6 +35,7 @@ from pytest_laya.plugin.cassette_fixture import (
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
+from pytest_laya.plugin.store import fetch_missing, store_recorded
 from pytest_laya.plugin.verify_mode import changed_answers, shown_path, verify_route
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,6 +144,8 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
     if run.mode in ("live", "fake"):
         return given or _live_handle(request, run, wanted), "capture", None
     path = cassette_file(*cassette_location(request.node, run))
+    if run.store is not None and (run.mode in ("replay", "verify") or run.record_mode == "missing"):
+        fetch_missing(request, run, path)
     mode = run.mode
     if mode == "record" and run.record_mode == "missing" and broken_cassette(path) is None and path.is_file():
         mode = "replay"  # --laya-record=missing: what has a (readable) cassette replays
@@ -374,6 +377,8 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
             run.count_cassette(outcome)
             if broken is not None and outcome == "written":
                 run.note("broken cassettes replaced by this recording", f"{shown_path(handle.path)}: {broken}")
+            if route.kind == "record" and route.cassette_path is not None:
+                store_recorded(request, run, route.cassette_path, outcome)
         if route.kind == "verify" and not failed:
             drift = verify_route(request, run, route)
     finally:

@@ -27,8 +27,10 @@ __all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "LayaRun", "WORKEROUTPUT_KEY"]
 #: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
 #: with no file; recorded (written); re-recorded with no byte changed; not saved because the test
 #: failed (kept: the old file stays; discarded: there was none); replay found a file it cannot read
-#: (broken); the write failed (unsaved).
-CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded", "broken", "unsaved")
+#: (broken); the write failed (unsaved); fetched from the shared store (--laya-store) into the
+#: local directory, and written to it (--laya-store-write).
+CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded", "broken", "unsaved", "fetched",
+                   "stored")
 
 #: Set on a test's stash once any of its phases failed, and once its call phase ran.
 FAILED = pytest.StashKey[bool]()
@@ -100,6 +102,8 @@ class LayaRun:
     ran_tests: list[str] = field(default_factory=list)
     deselected: list[str] = field(default_factory=list)
     shard: dict[str, Any] = field(default_factory=dict)
+    #: --laya-store (a `pytest_laya.store.CassetteStore`, read-only unless --laya-store-write), or None.
+    store: Any = None
     _switchboard: Switchboard | None = field(default=None, repr=False)
     _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
 

@@ -21,7 +21,8 @@ from pytest_laya.plugin.unused import find_unused, prune, selection_problems
 CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)", "recorded": "recorded",
                   "unchanged": "re-recorded unchanged", "kept": "kept (test failed; the old file stays)",
                   "discarded": "discarded (test failed; nothing saved)",
-                  "broken": "broken (replay could not read the file)", "unsaved": "not saved (the write failed)"}
+                  "broken": "broken (replay could not read the file)", "unsaved": "not saved (the write failed)",
+                  "fetched": "fetched from the store", "stored": "written to the store"}
 
 __all__ = ["conclude", "summary", "write_terminal_summary"]
 

@@ -9,22 +9,18 @@ Only files pytest-laya wrote are counted, so other vcrpy cassettes sharing the d
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath
+from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, written_by_pytest_laya
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.plugin.run import LayaRun
 
 __all__ = ["selection_problems", "find_unused", "is_laya_cassette", "prune"]
 
-# How a file pytest-laya wrote is told from other vcrpy cassettes sharing its directory
-# (pytest-recording's use the same <module>/<test>.yaml layout): it has `metadata.pytest_laya`.
-LAYA_METADATA = re.compile(rb"(?m)^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+pytest_laya:")
 # Options that run part of the suite (their `config.option` names and how they are spelt).
 PARTIAL_OPTIONS = (
     ("keyword", "-k"), ("markexpr", "-m"), ("lf", "--lf"), ("failedfirst", "--ff"), ("stepwise", "--sw"),
@@ -70,7 +66,7 @@ def _whole_suite_args(config: pytest.Config) -> bool:
 
 def is_laya_cassette(path: Path) -> bool:
     try:
-        return LAYA_METADATA.search(path.read_bytes()) is not None
+        return written_by_pytest_laya(path.read_bytes())
     except OSError:
         return False
 
