@@ -8,7 +8,7 @@ Arguments after ``--`` go to pytest as they are (``-- -k health -v``). Without `
 with ``--spec auto``) the server is held to the spec it claims: its Laya-Spec header, else
 /health's ``spec``, else current; the summary says which and why.
 
-``report merge A.json B.json ... [--out MERGED.json]`` joins the ``--laya-report`` files of a
+``report merge A.json B.json ... [--out MERGED.json] [--html OUT.html]`` joins the ``--laya-report`` files of a
 split run's shards (exit 0, or 2 for a file that is not a report); ``report prune MERGED.json``
 deletes the cassettes the merged report found no shard used (exit 1 when it could not say).
 ``store push DIR URL`` and ``store pull URL DIR`` copy cassettes to and from a shared store
@@ -110,6 +110,8 @@ def _add_report_commands(commands: Any) -> None:
     merge.add_argument("reports", nargs="+", metavar="REPORT.json")
     merge.add_argument("--out", metavar="MERGED.json", default=None,
                        help="where to write the merged report (default: print it)")
+    merge.add_argument("--html", metavar="OUT.html", default=None,
+                       help="also write the merged report as one self-contained HTML page (pytest-laya[report])")
     prune = actions.add_parser("prune", help="delete the cassettes a merged report found no shard used",
                                description="Delete the cassettes no shard used, as a merged report lists them.")
     prune.add_argument("report", metavar="MERGED.json")
@@ -126,11 +128,17 @@ def _report(options: argparse.Namespace) -> int:
         if options.action == "merge":
             merged = merge_reports([read_report(path) for path in options.reports], names=options.reports)
             text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
+            if options.html:
+                from pytest_laya.report.html import render_html
+
+                _write_atomically(Path(options.html), render_html(merged))
             if options.out:
                 _write_atomically(Path(options.out), text)
                 _say_merged(merged, options.out)
             else:
                 sys.stdout.write(text)
+            if options.html and options.out:
+                print(f"HTML report: {options.html}")
             return 0
         return _prune(read_report(options.report), options.report, Path(options.root))
     except ReportError as exc:

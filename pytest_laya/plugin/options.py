@@ -69,6 +69,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--no-laya-strict", dest="laya_strict", action="store_false",
                     help="allow unplayed interactions.")
     group.addoption("--laya-report", default=None, metavar="PATH", help="write the pytest-laya summary as JSON.")
+    group.addoption("--laya-report-html", default=None, metavar="PATH",
+                    help="write the report as one self-contained HTML page with figures (needs pytest-laya[report]).")
     group.addoption("--laya-checkpoint", default=None,
                     help="checkpoint for laya_reference_server (default: the embedded tiny checkpoint).")
     group.addoption("--laya-limit", action="append", default=[], metavar="NAME=N",
@@ -100,6 +102,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("laya_cassette_dir", "default for --laya-cassette-dir (relative to the ini file)", default="")
     parser.addini("laya_strict", "default for --laya-strict", type="bool", default=True)
     parser.addini("laya_report", "default for --laya-report", default="")
+    parser.addini("laya_report_html", "default for --laya-report-html", default="")
     parser.addini("laya_verify_tolerance", "default for --laya-verify-tolerance", default="")
     parser.addini("laya_conformance", "default for --laya-conformance", default="")
     parser.addini("laya_block_network", "default for --laya-block-network", type="bool", default=False)
@@ -163,9 +166,22 @@ def resolve(config: pytest.Config) -> LayaRun:
         raise pytest.UsageError("--laya-identity-check compares cassettes with a live server's /health: "
                                 "give its URL with --laya-url (or LAYA_SERVED_URL)")
     run.store = _store(config)
+    run.report_html = _report_html(config)
     if run.url:
         check_url(run.url, run.api_key, where=url_source, reach=run.mode in ("live", "record", "verify"))
     return run
+
+
+def _report_html(config: pytest.Config) -> Path | None:
+    """--laya-report-html, else the ini key; a usage error when matplotlib, which draws it, is missing."""
+    path = config.option.laya_report_html or str(config.getini("laya_report_html") or "").strip()
+    if not path:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise pytest.UsageError("--laya-report-html draws its figures with matplotlib: pip install 'pytest-laya[report]'")
+    return Path(path)
 
 
 def _store(config: pytest.Config) -> object:

@@ -102,6 +102,8 @@ class LayaRun:
     ran_tests: list[str] = field(default_factory=list)
     deselected: list[str] = field(default_factory=list)
     shard: dict[str, Any] = field(default_factory=dict)
+    #: --laya-report-html: where the HTML page goes (None: nowhere).
+    report_html: Path | None = None
     #: --laya-store (a `pytest_laya.store.CassetteStore`, read-only unless --laya-store-write), or None.
     store: Any = None
     _switchboard: Switchboard | None = field(default=None, repr=False)

@@ -74,6 +74,22 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
         tmp = run.report.with_name(run.report.name + ".tmp")
         tmp.write_text(json.dumps(summary(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, run.report)
+    if run.report_html is not None:
+        write_html_report(run, config)
+
+
+def write_html_report(run: LayaRun, config: pytest.Config) -> None:
+    """--laya-report-html: the report as one self-contained page (`pytest_laya.report.html`)."""
+    from pytest_laya.plugin.split import shard_scope
+    from pytest_laya.report.html import render_html
+
+    assert run.report_html is not None
+    if not run.shard:
+        run.shard = shard_scope(run, config)
+    run.report_html.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run.report_html.with_name(run.report_html.name + ".tmp")
+    tmp.write_text(render_html(summary(run)), encoding="utf-8")
+    os.replace(tmp, run.report_html)
 
 
 def write_terminal_summary(tr: Any, run: LayaRun) -> None:
