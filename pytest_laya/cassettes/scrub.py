@@ -12,7 +12,9 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 from pytest_laya.cassettes.config import CassetteConfig
+from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
 from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
+from pytest_laya.cassettes.places import decision_part, is_name, normalise_volatile
 from pytest_laya.client.secret import revealed
 from pytest_laya.wire.headers import parse_traceparent
 from pytest_laya.wire.pointer import escape as escape_pointer
@@ -56,41 +58,11 @@ REQUEST_HEADERS = frozenset({"content-type", "accept", "authorization", "x-reque
 
 
 LEARNED_SECRET_MIN = 8  # a credential read from an Authorization header, shorter ones are not scrubbed
+# A secret this long is also replaced inside longer text (a problem's detail, a text body, a URL);
+# a shorter one could be part of any word ("dev" in "device"), so only a whole value equal to it is.
 
 
 _DUR = re.compile(r"(?i)(;\s*dur\s*=\s*)(\"[^\"]*\"|[^;,\s]*)")
-_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"
-# Durations in bodies (laya-serve's strict `latency_ms`, a `timing` object): they change every call.
-_BODY_DURATION = re.compile(r'("(?:latency_ms|duration_ms|elapsed_ms)"\s*:\s*)' + _NUMBER)
-_TIMING_OBJECT = re.compile(r'"timing"\s*:\s*\{[^{}]*\}')
-_TIMING_VALUE = re.compile(r"(:\s*)" + _NUMBER)
-# An absolute path of the recording machine in a body (laya-serve's routing.repo of a local checkpoint).
-_MACHINE_PATH = re.compile(r'("(?:repo|checkpoint|checkpoint_dir|local_dir|model_dir)"\s*:\s*")'
-                           r'((?:/|[A-Za-z]:\\\\)(?:[^"\\]|\\.)*)(")')
-#: What replaces the directories of a recording machine's absolute path (the last part is kept).
-LOCAL_PATH = "<local>"
-
-
-_VOLATILE_MARKERS = (b'_ms"', b'"timing"', b'"repo"', b'"checkpoint', b'"local_dir"', b'"model_dir"')
-
-
-def normalise_volatile(body: bytes) -> bytes:
-    """A JSON body with its durations zeroed and machine paths made relative, layout kept."""
-    if not body or not any(marker in body for marker in _VOLATILE_MARKERS):
-        return body
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body
-    text = _BODY_DURATION.sub(r"\g<1>0", text)
-    text = _TIMING_OBJECT.sub(lambda m: _TIMING_VALUE.sub(r"\g<1>0", m.group(0)), text)
-    text = _MACHINE_PATH.sub(lambda m: m.group(1) + _local(m.group(2)) + m.group(3), text)
-    return text.encode("utf-8")
-
-
-def _local(path: str) -> str:
-    last = re.split(r"[/\\]+", path.rstrip("/\\"))[-1]
-    return f"{LOCAL_PATH}/{last}" if last else LOCAL_PATH
 
 
 class Scrubber:
@@ -104,7 +76,7 @@ class Scrubber:
     def __init__(self, api_key: Any, *, learn: bool, config: CassetteConfig | None = None) -> None:
         self._secrets: set[str] = set()
         self._learn = learn
-        self._forms_of: tuple[frozenset[str], list[str]] = (frozenset(), [])
+        self._forms_of: tuple[frozenset[str], tuple[frozenset[str], list[str]]] = (frozenset(), (frozenset(), []))
         self.config = config or CassetteConfig()
         self._filtered_headers = {name.lower(): replacement for name, replacement in self.config.filter_headers}
         self._filtered_query = dict(self.config.filter_query_parameters)
@@ -133,55 +105,69 @@ class Scrubber:
             self._placed.add(str(replaced))
         return replaced
 
-    def _forms(self) -> list[str]:
-        """Every spelling of every secret: raw, percent-encoded, JSON-escaped; longest first."""
+    def _forms(self) -> tuple[frozenset[str], list[str]]:
+        """Every spelling of every secret (raw, percent-encoded, JSON-escaped): all of them, to
+        compare whole values with, and those of the secrets long enough to be replaced inside
+        longer text (`LEARNED_SECRET_MIN`), longest first."""
         known = frozenset(self._secrets)
         if known != self._forms_of[0]:
-            forms = {form for secret in known
-                     for form in (secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1])}
-            self._forms_of = (known, sorted((f for f in forms if f), key=len, reverse=True))
+            def spellings(secret: str) -> set[str]:
+                return {form for form in (secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1])
+                        if form}
+            whole = frozenset(form for secret in known for form in spellings(secret))
+            inner = {form for secret in known if len(secret) >= LEARNED_SECRET_MIN for form in spellings(secret)}
+            self._forms_of = (known, (whole, sorted(inner, key=len, reverse=True)))
         return self._forms_of[1]
 
     def text(self, value: str) -> str:
-        for form in self._forms():
-            value = value.replace(form, REDACTED)
-        return value
-
-    def data(self, value: bytes) -> bytes:
+        """`value` scrubbed: `REDACTED` if it is a secret (in any spelling); a secret of
+        `LEARNED_SECRET_MIN` characters or more replaced wherever it stands in it."""
         if not self._secrets:
             return value
-        for form in self._forms():
-            value = value.replace(form.encode("utf-8"), REDACTED.encode("utf-8"))
-        parsed = parse_json(value)
-        if parsed is not NOT_JSON and self._hidden_in(parsed):
-            # Only escapes (``\u0073k-...``) still hide it: write the JSON again, scrubbed.
-            value = json.dumps(self._json(parsed), ensure_ascii=False).encode("utf-8")
+        whole, inner = self._forms()
+        if value in whole:
+            return REDACTED
+        for form in inner:
+            if form in value:
+                value = value.replace(form, REDACTED)
         return value
 
-    def _hidden_in(self, value: Any) -> bool:
-        if isinstance(value, str):
-            return any(secret in value for secret in self._secrets)
-        if isinstance(value, dict):
-            return any(self._hidden_in(k) or self._hidden_in(v) for k, v in value.items())
-        if isinstance(value, list):
-            return any(self._hidden_in(v) for v in value)
-        return False
+    def _hidden_in(self, value: str) -> bool:
+        return self.text(value) != value
 
-    def _json(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(k): self._json(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._json(v) for v in value]
-        return value
+    def _json_secret(self, path: JsonPath, value: Any) -> Any:
+        if not isinstance(value, str) or is_name(path):
+            return KEEP
+        scrubbed = self.text(value)
+        return KEEP if scrubbed == value else scrubbed
+
+    def data(self, value: bytes) -> bytes:
+        """A body with its secrets replaced. In a JSON body, only string values are looked at
+        (never a member name, a question id or an option name: `is_name`), each as `text` does,
+        and every other byte is kept; escapes hide nothing, as the values are compared decoded.
+        Any other text is scrubbed as `text` does; other bytes lose the long secrets' spellings."""
+        if not self._secrets or not value:
+            return value
+        whole, inner = self._forms()
+        if b"\\u" not in value and not any(form.encode("utf-8") in value for form in whole):
+            return value
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            for form in inner:
+                value = value.replace(form.encode("utf-8"), REDACTED.encode("utf-8"))
+            return value
+        spliced = splice(text, self._json_secret)
+        if spliced is None:
+            spliced = self.text(text)
+        return value if spliced == text else spliced.encode("utf-8")
 
     def target(self, path: str, query: str, request: Any = None) -> tuple[str, str]:
         """The path and query of a URL: filtered parameters dropped or replaced, and secrets
-        scrubbed however they were percent-encoded."""
-        path = self.text(path)
+        scrubbed however they were percent-encoded (a short one only as a whole segment, name or value)."""
+        path = self._path(path)
         if self._secrets and self._hidden_in(unquote(path)):
-            path = quote(self.text(unquote(path)), safe="/")
+            path = quote(self._path(unquote(path)), safe="/")
         parts = []
         pairs = self._query_pairs(query)
         for name, eq, value in pairs:
@@ -191,12 +177,14 @@ class Scrubber:
                 if replaced is None:
                     continue
                 value = quote_plus(str(replaced))
-            part = self.text(name + eq + value)
-            name, eq, value = part.partition("=")
+            name, value = self.text(name), self.text(value)
             if self._secrets and (self._hidden_in(unquote_plus(name)) or self._hidden_in(unquote_plus(value))):
-                part = quote_plus(self.text(unquote_plus(name))) + eq + quote_plus(self.text(unquote_plus(value)))
-            parts.append(part)
+                name, value = quote_plus(self.text(unquote_plus(name))), quote_plus(self.text(unquote_plus(value)))
+            parts.append(name + eq + value)
         return path, "&".join(parts)
+
+    def _path(self, path: str) -> str:
+        return "/".join(self.text(segment) for segment in self.text(path).split("/"))
 
     def shown_target(self, uri: str, headers: Any = None) -> str:
         """A request's path and query as a message may show them: filtered query parameters read
@@ -215,9 +203,13 @@ class Scrubber:
         pairs = self._query_pairs(split.query)
         shown = [f"{name}={REDACTED}" if unquote_plus(name) in self._filtered_query else name + eq + value
                  for name, eq, value in pairs]
-        path, query = self.text(split.path or "/"), self.text("&".join(shown))
-        if self._hidden_in(unquote_plus(path + "?" + query)):  # a secret still hides behind an escape
-            path, query = self.text(unquote(path)), self.text(unquote_plus(query))
+        path = self._path(split.path or "/")
+        scrubbed = [(self.text(name), eq, self.text(value)) for name, eq, value in (part.partition("=") for part in shown)]
+        if self._hidden_in(unquote(path)) or any(  # a secret still hides behind an escape
+                self._hidden_in(unquote_plus(name)) or self._hidden_in(unquote_plus(value)) for name, _, value in scrubbed):
+            path = self._path(unquote(path))
+            scrubbed = [(self.text(unquote_plus(name)), eq, self.text(unquote_plus(value))) for name, eq, value in scrubbed]
+        query = "&".join(name + eq + value for name, eq, value in scrubbed)
         return path + (f"?{query}" if query else "")
 
     def _query_pairs(self, query: str) -> list[tuple[str, str, str]]:
@@ -400,9 +392,12 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
     problem's ``request_id``, an ``instance`` such as ``/requests/<id>``): the client's own
     (``X-Request-Id``, ``traceparent`` of the request) or one it assigned (the response's). They
     change on every call, so re-recording an unchanged server would change the file; they are
-    stored as `RECORDED_REQUEST_ID` and the recorded trace id instead. Ids shorter than 8
-    characters are left alone (replacing them would rewrite unrelated text). `response` is not
-    modified: vcrpy still hands it to the caller.
+    stored as `RECORDED_REQUEST_ID` and the recorded trace id instead. Only whole values are
+    replaced: a JSON string equal to an id (a traceparent carrying the trace id becomes
+    `RECORDED_TRACEPARENT`), a path segment of a problem's ``instance``, or a non-JSON body that
+    is the id and nothing else; never a member name, a question id or an option name (`is_name`),
+    never text that merely contains an id. Ids shorter than 8 characters are left alone (they
+    could be any word). `response` is not modified: vcrpy still hands it to the caller.
     """
     body = response.get("body") if isinstance(response, dict) else None
     if not isinstance(body, dict) or body.get("string") is None:
@@ -428,12 +423,33 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
     if not swaps:
         return response
     data = body_bytes(raw)
-    changed = data
-    for old in sorted(swaps, key=len, reverse=True):
-        changed = changed.replace(old.encode("utf-8"), swaps[old].encode("utf-8"))
-    if changed == data:
+    if b"\\u" not in data and not any(old.encode("utf-8") in data for old in swaps):
         return response
-    return {**response, "body": {**body, "string": changed}}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return response
+
+    def swap(path: JsonPath, value: Any) -> Any:
+        if not isinstance(value, str) or is_name(path):
+            return KEEP
+        if value in swaps:
+            return swaps[value]
+        if decision_part(path) == ("instance",) and "/" in value:
+            segments = value.split("/")
+            if any(segment in swaps for segment in segments):
+                return "/".join(swaps.get(segment, segment) for segment in segments)
+        trace = parse_traceparent(value) if value.startswith("00-") else None
+        if trace and trace.trace_id in swaps:
+            return RECORDED_TRACEPARENT
+        return KEEP
+
+    spliced = splice(text, swap)
+    if spliced is None:
+        spliced = swaps.get(text, text)
+    if spliced == text:
+        return response
+    return {**response, "body": {**body, "string": spliced.encode("utf-8")}}
 
 
 def echo_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
