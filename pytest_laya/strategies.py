@@ -361,33 +361,36 @@ def responses(questions: Mapping[str, Any], *, flavor: str = TARGET, model: str 
     Built by the fake's own answer code with the drawn answers pinned, so they are exactly
     what `FakeLaya.pin` would give. Raises `LayaConfigError` for questions no server could answer.
     """
-    from pytest_laya.fake import FakeLaya
     from pytest_laya.wire.questions import normalize_questions
 
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {list(FLAVORS)}, got {flavor!r}")
     wire = {qid: _wire(q) for qid, q in questions.items()}
     asked = normalize_questions(wire)  # a question set no server could answer is the caller's mistake
+    return _answers(asked, wire, flavor, model, state)
 
-    @st.composite
-    def draw_one(draw: st.DrawFn) -> dict[str, Any]:
-        pinned: dict[str, Any] = {}
-        for qid, q in asked.items():
-            if q.type == "noul":
-                pinned[qid] = draw(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(0, 1)))
-            elif draw(st.booleans()):
-                pinned[qid] = draw(st.sampled_from(list(q.option_keys))) if q.type == "choice" else draw(
-                    st.integers(0, len(q.option_keys) - 1))
-            else:
-                pinned[qid] = draw(_distribution(list(q.option_keys)))
-        fake = FakeLaya(model=model, flavor=flavor)
-        fake.pin(pinned, where="pytest_laya.strategies.responses")
-        status, _, body = fake.answer({"state": state, "questions": wire})
-        if status != 200:  # pragma: no cover - normalize_questions refused what the fake would
-            raise ValueError(f"questions {list(wire)} cannot be answered: {body}")
-        usage = body["usage"]
-        usage["input_tokens"] = draw(st.one_of(st.just(usage["input_tokens"]), st.integers(0, 2**31 - 1)))
-        usage["state_tokens"] = min(usage["state_tokens"], usage["input_tokens"])
-        return body
 
-    return draw_one()
+# Built once, not per `responses` call: hypothesis inspects a composite's source when it is made.
+@st.composite
+def _answers(draw: st.DrawFn, asked: Mapping[str, Any], wire: Mapping[str, Any], flavor: str, model: str,
+             state: Any) -> dict[str, Any]:
+    from pytest_laya.fake import FakeLaya
+
+    pinned: dict[str, Any] = {}
+    for qid, q in asked.items():
+        if q.type == "noul":
+            pinned[qid] = draw(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(0, 1)))
+        elif draw(st.booleans()):
+            pinned[qid] = draw(st.sampled_from(list(q.option_keys))) if q.type == "choice" else draw(
+                st.integers(0, len(q.option_keys) - 1))
+        else:
+            pinned[qid] = draw(_distribution(list(q.option_keys)))
+    fake = FakeLaya(model=model, flavor=flavor)
+    fake.pin(pinned, where="pytest_laya.strategies.responses")
+    status, _, body = fake.answer({"state": state, "questions": wire})
+    if status != 200:  # pragma: no cover - normalize_questions refused what the fake would
+        raise ValueError(f"questions {list(wire)} cannot be answered: {body}")
+    usage = body["usage"]
+    usage["input_tokens"] = draw(st.one_of(st.just(usage["input_tokens"]), st.integers(0, 2**31 - 1)))
+    usage["state_tokens"] = min(usage["state_tokens"], usage["input_tokens"])
+    return body
