@@ -84,6 +84,16 @@ def _set_size_limit(limit: int) -> int:
     return set_size_limit(limit)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    run = _run(session.config)
+    if run is not None and run.mode != "replay":  # replay answers at once: nothing to wait for
+        from pytest_laya.plugin.progress import progress_for
+
+        run.progress = progress_for(session.config)
+        if run.progress is not None:
+            session.config.pluginmanager.register(run.progress, f"laya-terminal-progress-{id(session.config)}")
+
+
 def _overridden(item: pytest.Item, name: str) -> bool:
     """Whether the fixture `name` that `item` gets is a project's own, not this plugin's."""
     info = getattr(item, "_fixtureinfo", None)

@@ -183,6 +183,8 @@ class _SpecCheck:
     def __call__(self, exchange: Exchange) -> None:
         from pytest_laya.specs.conformance import SPECS, SpecViolationError
 
+        if self.run.progress is not None:
+            self.run.progress.exchange(exchange)
         spec, why = self.claim(exchange)
         self.claimed = self.claimed or spec
         self.run.servers.setdefault(self.label, spec)

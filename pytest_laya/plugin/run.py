@@ -108,6 +108,8 @@ class LayaRun:
     store: Any = None
     _switchboard: Switchboard | None = field(default=None, repr=False)
     _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
+    #: The terminal's progress status (`plugin.progress.Progress`), told of every exchange; None off a terminal.
+    progress: Any = field(default=None, repr=False)
 
     def switchboard(self) -> Switchboard:
         """This process's switchboard (its HTTP patches are built once, on first use)."""
@@ -197,6 +199,8 @@ class LayaRun:
         replayed_from = str(cassette.path) if cassette is not None and not getattr(cassette, "record", True) else None
 
         def observe(exchange: Exchange) -> None:
+            if self.progress is not None:
+                self.progress.exchange(exchange)
             violations = self.tracker().check(exchange, server=label, claimed=spec)
             if violations:
                 raise SpecViolationError(exchange, spec, violations, cassette=replayed_from)
