@@ -35,6 +35,7 @@ from pytest_laya.plugin.routes import (
 from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
 from pytest_laya.plugin.tracebacks import hide_library_frames
+from pytest_laya.plugin.unused import note_dropped_items
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
@@ -154,11 +155,27 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> Any:
+    ignored = yield
+    run = _run(config)
+    if ignored and run is not None and (collection_path.suffix == ".py" or collection_path.is_dir()):
+        run.skipped_modules.add(Path(collection_path))  # collect_ignore and the like: its cassettes are kept
+    return ignored
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    run = _run(item.config)
+    if run is not None:
+        run.items_seen += 1
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     run = _run(session.config)
     if run is not None:
         run.modules.update(Path(item.path) for item in session.items)
         run.collected = max(run.collected, len(session.items))
+        note_dropped_items(run, session.items)
         find_shared_cassettes(session.config, session.items, run)
 
 
@@ -199,8 +216,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         item.stash[FAILED] = True
     if report.when == "call":
         item.stash[CALLED] = True
-    if report.when == "setup" and not report.passed and "laya_server" in getattr(item, "fixturenames", ()):
-        # Skipped (or broken) before reaching its cassette: the test still owns it.
+    if report.skipped or report.failed:
+        # Skipped or broken, perhaps before reaching its cassette (or before asking for laya_url
+        # with request.getfixturevalue): the test still owns its cassette.
         run = _run(item.config)
         if run is not None and run.mode in ("replay", "record"):
             try:

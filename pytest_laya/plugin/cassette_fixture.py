@@ -48,7 +48,8 @@ def cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
 def cassette_file(directory: Path, relpath: Path) -> Path:
     """The file a cassette at `relpath` in `directory` is (``.yaml`` added as `laya_vcr` adds it)."""
     full = str(directory / relpath)
-    return Path(full if full.endswith(CASSETTE_SUFFIX) else full + CASSETTE_SUFFIX).resolve()
+    # Absolute, but no link resolved: a cassette that is a link is known by the link's path.
+    return Path(os.path.abspath(full if full.endswith(CASSETTE_SUFFIX) else full + CASSETTE_SUFFIX))
 
 
 def broken_cassette(path: Path) -> str | None:

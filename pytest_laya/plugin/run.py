@@ -69,6 +69,11 @@ class LayaRun:
     #: Tests collected (by each xdist worker: all of them) and tests run (here, or relayed by xdist).
     collected: int = 0
     ran: int = 0
+    #: Items pytest collected before any conftest or plugin filtered them (`pytest_itemcollected`).
+    items_seen: int = 0
+    #: Cassette files of parametrised tests, up to their ``[``: a missing parameter may be one
+    #: the environment left out, so --laya-prune keeps those cassettes.
+    families: set[str] = field(default_factory=set)
     #: Cassettes no test used, relative to the rootdir; None when not computed.
     unused_cassettes: list[str] | None = None
     #: verify mode: how far a number may move from its recording, and what was compared.
@@ -224,6 +229,7 @@ class LayaRun:
             "conformance": self.conformance.rows() if self.conformance else [],
             "modules": sorted(str(p) for p in self.modules),
             "skipped_modules": sorted(str(p) for p in self.skipped_modules),
+            "families": sorted(self.families),
             "partial": list(self.partial),
             "collected": self.collected,
             "verify": self.verify.results if self.verify else [],
@@ -244,6 +250,7 @@ class LayaRun:
             self.tracker().merge_rows(data["conformance"])
         self.modules.update(Path(p) for p in data.get("modules", ()))
         self.skipped_modules.update(Path(p) for p in data.get("skipped_modules", ()))
+        self.families.update(data.get("families", ()))
         self.partial.extend(data.get("partial", ()))
         self.collected = max(self.collected, int(data.get("collected", 0)))
         for result in data.get("verify", ()):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_laya.plugin.run import CASSETTE_COUNTS, WORKEROUTPUT_KEY, LayaRun
-from pytest_laya.plugin.unused import find_unused, prune, selection_problems
+from pytest_laya.plugin.unused import cassette_directories, find_unused, prune, selection_problems
 
 #: How each count reads in the terminal summary.
 CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)", "recorded": "recorded",
@@ -59,7 +59,14 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
     if run.mode in ("replay", "record") and not run.partial and not selection_problems(config):
         run.unused_cassettes = find_unused(run, config.rootpath)
         if run.prune:
-            run.pruned = prune(run.unused_cassettes, config.rootpath)
+            run.pruned = prune(run.unused_cassettes, config.rootpath, families=run.families,
+                               within=cassette_directories(run))
+            kept = sorted(set(run.unused_cassettes) - set(run.pruned))
+            if kept:
+                run.note("pruning", f"--laya-prune kept {len(kept)} unused cassette(s) of parametrised tests that "
+                                    f"still run ({', '.join(kept[:5])}{', ...' if len(kept) > 5 else ''}): a "
+                                    f"parameter list may depend on the environment; delete them by hand if they "
+                                    f"are gone for good")
     elif run.prune:
         reasons = run.partial + selection_problems(config) or [f"--laya-mode={run.mode}"]
         run.note("pruning", f"--laya-prune deleted nothing: it needs a whole-suite replay or record run "

@@ -19,7 +19,8 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, writ
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["selection_problems", "find_unused", "is_laya_cassette", "prune"]
+__all__ = ["cassette_directories", "find_unused", "is_laya_cassette", "note_dropped_items", "prune",
+           "selection_problems"]
 
 # Options that run part of the suite (their `config.option` names and how they are spelt).
 PARTIAL_OPTIONS = (
@@ -78,18 +79,46 @@ def _shown(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+def note_dropped_items(run: LayaRun, items: list[pytest.Item]) -> None:
+    """After collection: mark the run partial when a conftest or plugin dropped collected tests
+    without `pytest_deselected` (``items[:] = [...]``, the ``--runslow`` idiom), and note the
+    cassette families of parametrised tests (`LayaRun.families`)."""
+    from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
+
+    dropped = run.items_seen - len(items) - len(run.deselected)
+    if dropped > 0:
+        run.partial.append(f"{dropped} of {run.items_seen} collected tests were left out of the run without "
+                           f"pytest_deselected (a conftest's pytest_collection_modifyitems?)")
+    if run.mode not in ("replay", "record"):
+        return
+    for item in items:
+        if getattr(item, "callspec", None) is None:
+            continue
+        try:
+            path = cassette_file(*cassette_location(item, run))
+        except pytest.UsageError:
+            continue
+        if "[" in path.name:
+            run.families.add(str(path.parent / path.name.split("[", 1)[0]) + "[")
+
+
+def _absolute(path: Path) -> Path:
+    """`path` made absolute without resolving a link (``..`` folded as text)."""
+    return Path(os.path.abspath(path))
+
+
 def find_unused(run: LayaRun, root: Path, *, used: set[Path] | None = None) -> list[str]:
     """Cassettes pytest-laya wrote, in the cassette directories in use, that no test used
-    (`used`: those files instead of the run's; an empty set lists every cassette in scope)."""
+    (`used`: those files instead of the run's; an empty set lists every cassette in scope).
+
+    No link is resolved: a cassette that is a symbolic link is named as the link, and a linked
+    directory inside a cassette directory is not entered.
+    """
     used = run.used_cassettes if used is None else used
-
-    def directory_of(module: Path) -> Path:
-        return (run.cassette_dir or module.parent / "cassettes").resolve()
-
-    directories = {run.cassette_dir.resolve()} if run.cassette_dir else {directory_of(m) for m in run.modules}
+    directories = cassette_directories(run)
     def module_folder(module: Path) -> Path:
         nodeid = module.relative_to(root).as_posix() if module.is_relative_to(root) else module.name
-        return directory_of(module) / cassette_relpath(f"{nodeid}::_", shared=run.cassette_dir is not None).parent
+        return _directory_of(run, module) / cassette_relpath(f"{nodeid}::_", shared=run.cassette_dir is not None).parent
 
     kept = {module_folder(m) for m in run.skipped_modules}
     found = set()
@@ -99,20 +128,40 @@ def find_unused(run: LayaRun, root: Path, *, used: set[Path] | None = None) -> l
         for path in directory.rglob("*" + CASSETTE_SUFFIX):
             if path.name.startswith(".") or not path.is_file():
                 continue  # half-written temporary files and hidden ones are not cassettes
-            path = path.resolve()
+            path = _absolute(path)
             if path in used or any(k == path.parent or k in path.parents for k in kept):
                 continue
             if is_laya_cassette(path):
                 found.add(path)
-    return sorted(_shown(p, root.resolve()) for p in found)
+    return sorted(_shown(p, _absolute(root)) for p in found)
 
 
-def prune(unused: list[str], root: Path) -> list[str]:
-    """Delete the `unused` cassettes (paths relative to `root`, as `find_unused` gives them)."""
+def _directory_of(run: LayaRun, module: Path) -> Path:
+    return _absolute(run.cassette_dir or module.parent / "cassettes")
+
+
+def cassette_directories(run: LayaRun) -> set[Path]:
+    """The cassette directories of the run's collected modules (absolute, links not resolved)."""
+    return {_absolute(run.cassette_dir)} if run.cassette_dir else {_directory_of(run, m) for m in run.modules}
+
+
+def prune(unused: list[str], root: Path, *, families: set[str] | frozenset[str] = frozenset(),
+          within: set[Path] | None = None) -> list[str]:
+    """Delete the `unused` cassettes (paths relative to `root`, as `find_unused` gives them).
+
+    Only a file inside `within` (the cassette directories; by default `root`) is deleted, never
+    through a link: a cassette that is a link loses the link, its target stays. A cassette of a
+    parametrised test that still runs (`families`) is kept.
+    """
+    bounds = [_absolute(d) for d in within] if within is not None else [_absolute(root)]
     deleted = []
     for shown in unused:
-        path = (root / shown).resolve()
+        path = _absolute(root / shown)
+        if not any(path.is_relative_to(bound) and path != bound for bound in bounds):
+            continue  # outside the cassette directories: never touched
+        if any(str(path).startswith(family) for family in families):
+            continue
         if path.is_file() and is_laya_cassette(path):
-            path.unlink()
+            path.unlink()  # a link is removed, not its target
             deleted.append(shown)
     return deleted
