@@ -27,7 +27,8 @@ from typing import Any
 __all__ = ["main", "pytest_arguments"]
 
 PROG = "python -m pytest_laya"
-USAGE = f"{PROG} check URL [--spec auto|current|target] [--api-key KEY] [-- PYTEST_ARGS...]"
+USAGE = (f"{PROG} check URL [--spec auto|current|target] [--api-key KEY] [--tolerance X] [--require-invariance] "
+         "[-- PYTEST_ARGS...]")
 SUITE = "pytest_laya.suites.server"
 CHECK_PLUGIN = "pytest_laya.suites.check_command"
 
@@ -54,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
                             "header or /health, else current)")
     check.add_argument("--api-key", default=None, metavar="KEY",
                        help="the server's bearer token (default: LAYA_SERVED_API_KEY); never printed")
+    check.add_argument("--tolerance", type=float, default=None, metavar="X",
+                       help="the largest probability deviation the behaviour checks allow (default: the server's "
+                            "/health answer_tolerance, else 1e-5 for fp32 and 1e-3 for fp16/bf16 weights)")
+    check.add_argument("--require-invariance", action="store_true",
+                       help="fail option order and question interference past the tolerance (default: report them)")
     _add_report_commands(commands)
     _add_store_commands(commands)
     from pytest_laya.plugin.proxy_command import add_proxy_parser
@@ -195,7 +201,8 @@ def _url_problem(url: str) -> str | None:
 
 
 def pytest_arguments(url: str, *, spec: str = "auto", api_key: str | None = None,
-                     extra: Sequence[str] = ()) -> list[str]:
+                     extra: Sequence[str] = (), tolerance: float | None = None,
+                     require_invariance: bool = False) -> list[str]:
     """The pytest command line `check` runs (with the key, if any: do not print it)."""
     args = [
         "--pyargs", SUITE,
@@ -213,6 +220,10 @@ def pytest_arguments(url: str, *, spec: str = "auto", api_key: str | None = None
         # `python -m pytest_laya` imported the package before pytest could mark it for rewriting.
         "-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",
     ]
+    if tolerance is not None:
+        args.append(f"--laya-tolerance={tolerance!r}")
+    if require_invariance:
+        args.append("--laya-require-invariance")
     if api_key:
         args.append(f"--laya-api-key={api_key}")
     return args + list(extra)
@@ -239,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = _url_problem(options.url)
     if problem:
         parser.error(problem)
+    if options.tolerance is not None and not options.tolerance >= 0:
+        parser.error(f"--tolerance must be a number >= 0, got {options.tolerance!r}")
     import pytest
 
     from pytest_laya.plugin.options import check_url
@@ -249,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return int(pytest.ExitCode.USAGE_ERROR)
     return int(pytest.main(pytest_arguments(options.url.rstrip("/"), spec=options.spec, api_key=options.api_key,
-                                            extra=extra)))
+                                            extra=extra, tolerance=options.tolerance,
+                                            require_invariance=options.require_invariance)))
 
 
 if __name__ == "__main__":

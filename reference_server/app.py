@@ -38,7 +38,7 @@ from pytest_laya.wire.problems import Problem
 from pytest_laya.wire.requests import check_media_type, parse_json_object, requested_tokens
 
 from .batching import MicroBatcher, Timed
-from .engine import DecisionRequest, Engine, ModelIdentity
+from .engine import ANSWER_TOLERANCE, DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
 from .jev_strict import jev_strict_payload
 from .settings import ServerSettings
@@ -269,6 +269,9 @@ class _Server:
             "ready": bool(self.engine.ready),
             "models": {name: identity.to_json() for name, identity in models.items()},
             "limits": self.settings.limits.to_json(),
+            # The most one probability of a request's answers moves between asking it alone, in a
+            # batch, under load or again (engine.ANSWER_TOLERANCE says why it is not 0).
+            "answer_tolerance": ANSWER_TOLERANCE,
             # laya-serve's own fields, which laya's clients read (RemoteRouter.loaded and
             # .loaded_revisions): without them a laya client sees nothing loaded here.
             "loaded": list(models),

@@ -38,6 +38,18 @@ def _record_mode(value: str) -> str:
     return value
 
 
+def _tolerance(value: str) -> float:
+    import argparse
+
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a tolerance: give a number >= 0, e.g. 1e-5")
+    return number
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("laya", "Laya decision servers (pytest-laya)")
     group.addoption("--laya-mode", choices=MODES, default=None,
@@ -76,6 +88,13 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-limit", action="append", default=[], metavar="NAME=N",
                     help="a request limit of the server under the server contract (pytest_laya.suites.server), "
                          "e.g. max_questions=32; wins over /health's limits and the spec's defaults. Repeatable.")
+    group.addoption("--laya-tolerance", type=_tolerance, default=None, metavar="X",
+                    help="server contract: the largest probability deviation its behaviour checks allow (batching, "
+                         "determinism, replicas; option order and interference with --laya-require-invariance); "
+                         "default: the server's /health answer_tolerance, else 1e-5 for fp32 and 1e-3 for fp16/bf16.")
+    group.addoption("--laya-require-invariance", action="store_true", default=False,
+                    help="server contract: fail option order and question interference past the tolerance "
+                         "(by default they are measured and reported).")
     group.addoption("--laya-verify-tolerance", type=float, default=None, metavar="X",
                     help="verify mode: how far a number (a probability) may move from its recording (default 1e-4).")
     group.addoption("--laya-max-age", default=None, metavar="DAYS",

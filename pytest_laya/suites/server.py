@@ -28,7 +28,8 @@ import pytest
 from pytest_laya.client import DECIDE_PATH
 from pytest_laya.servers import ServerHandle
 from pytest_laya.servers.claimed_spec import DEFAULT_SPEC
-from pytest_laya.suites.measures import compare, decided, describe, probability_change
+from pytest_laya.suites.behaviour import Tolerance, option_orders, tolerance_for, with_fillers
+from pytest_laya.suites.measures import Comparison, compare, decided, describe, probability_change
 from pytest_laya.suites.server_under_test import (
     CONTRACT_SECTION,
     MEASURED_SECTION,
@@ -46,15 +47,14 @@ from pytest_laya.wire.errors import LayaError
 from pytest_laya.wire.questions import normalize_questions
 
 BATCH_PATH = "/v1/systemone/batch"
-#: Two answers to one request "are the same" when they decide the same and no probability
-#: moved more than this (servers round to 4 decimals; a GPU may wobble in the last one).
-SAME_ANSWER_TOLERANCE = 1e-3
-#: A batched state's answer may differ from its single answer by padding arithmetic, no more.
-BATCH_TOLERANCE = 0.01
+#: Identical requests sent at once (batching under load, replicas): TGI's generate_load.
+CONCURRENT = 8
+#: Other questions asked beside a target question (question interference, krite §7).
+FILLER_COUNTS = (3, 15)
 
 STATE = "I was charged twice for my order last week. Please refund the duplicate payment today."
 OTHER_STATE = "The app crashes every time I open the settings page on my phone."
-MIXED = {
+MIXED: dict[str, dict[str, Any]] = {
     "department": {"type": "choice", "instructions": "Which team should handle this?",
                    "criteria": {"billing": "Charges, invoices and refunds", "technical": "Bugs and crashes",
                                 "sales": "New orders and upgrades"}},
@@ -64,18 +64,15 @@ MIXED = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
 }
 GOOD = {"state": STATE, "questions": {"refund": MIXED["refund"]}}
-#: (state, choice question) pairs whose options the option-order measurement permutes.
-ORDER_PROBES = [
+#: (state, choice question) pairs whose options the option-order check permutes: every order of
+#: 4, 3 and 3 options, 33 reorderings in all.
+ORDER_PROBES: list[tuple[str, dict[str, Any]]] = [
     (STATE, {"type": "choice", "instructions": "Which team should handle this?",
              "criteria": {"billing": "Charges and refunds", "technical": "Software problems",
                           "sales": "New orders", "legal": "Contracts and complaints"}}),
     (OTHER_STATE, {"type": "choice", "instructions": "What kind of message is this?",
                    "criteria": {"bug": "Something is broken", "question": "How do I do something?",
                                 "feature": "A request for something new"}}),
-    ("Bonjour, je voudrais changer l'adresse de livraison de ma commande.",
-     {"type": "choice", "instructions": "What does the customer want?",
-      "criteria": {"address_change": "Change where it is delivered", "cancel": "Cancel the order",
-                   "refund": "Get money back", "track": "Know where the parcel is", "other": "Something else"}}),
     ("Your service is terrible and I am never ordering again.",
      {"type": "choice", "instructions": "What is the customer's mood?", "criteria": ["angry", "neutral", "happy"]}),
 ]
@@ -99,6 +96,8 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     except ValueError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key, key_flag=key_option(request.config))
+    server.tolerance_given = request.config.getoption("laya_tolerance")
+    server.require_invariance = bool(request.config.getoption("laya_require_invariance"))
     # Read once for the claimed spec and the limits; the health checks read it again, validated.
     first = server.send("GET", "/health", observe=False)
     refusal = server.key_refusal(first, GOOD)
@@ -188,12 +187,43 @@ def _needs_key(check: Check) -> None:
 
 
 def _same(check: Check, what: str, reference: Decision, other: Mapping[str, Any],
-          tolerance: float, *, same_decision: bool) -> None:
+          tolerance: Tolerance, *, same_decision: bool) -> None:
     for qid, answer in reference.answers.items():
         change = probability_change(answer, other[qid])
-        if change > tolerance or (same_decision and decided(answer) != decided(other[qid])):
+        if tolerance.exceeded_by(change) or (same_decision and decided(answer) != decided(other[qid])):
             check.fail(f"{what}: question {qid!r} was answered {describe(answer)}, then {describe(other[qid])} "
-                       f"(a probability moved {change:.4f}; allowed {tolerance:g})")
+                       f"(a probability moved {change:.6f}; tolerance {tolerance.describe()})")
+
+
+def _tolerance(check: Check) -> Tolerance:
+    """The run's behaviour tolerance, resolved once from a decision (`behaviour.tolerance_for`)."""
+    server = check.server
+    if server.tolerance is None:
+        server.tolerance = tolerance_for(server.tolerance_given, server.health, _decide(check, STATE, MIXED))
+        check.measured(f"behaviour tolerance: {server.tolerance.describe()}")
+    return server.tolerance
+
+
+def _concurrently(check: Check, state: Any, questions: Mapping[str, Any],
+                  count: int) -> list[tuple[Any, dict[str, Any]]]:
+    """`count` identical decisions sent at once: each response's body and its parsed answers."""
+    out = []
+    what = f"{count} identical requests sent at once"
+    for n, x in enumerate(check.server.post_at_once({"state": state, "questions": questions}, count)):
+        check.server.observe(x, defer=True)  # one by one: the observer is not shared between threads
+        body = check.expect(x, 200, f"request {n + 1} of {what}")
+        out.append((body, _answers(check, body.get("answers") if isinstance(body, dict) else None, questions,
+                                   f"request {n + 1} of {what}")))
+    return out
+
+
+def _invariance(check: Check, line: str, result: Comparison, tolerance: Tolerance) -> None:
+    """Report an invariance measure; under --laya-require-invariance, fail past the tolerance."""
+    required = check.server.require_invariance
+    check.measured(line + (f" (tolerance {tolerance.value:g}, required)" if required else " (reported)"))
+    if required and (tolerance.exceeded_by(result.max_change) or result.changed):
+        check.fail(f"{line}: past the tolerance {tolerance.describe()}, and invariance is required "
+                   "(--laya-require-invariance)")
 
 
 # -- /health ------------------------------------------------------------------------------
@@ -235,12 +265,6 @@ def test_a_decision_answers_every_question_in_order(check: Check) -> None:
         if isinstance(answer, Choice) and answer.probabilities[answer.key] < max(answer.probabilities.values()):
             check.fail(f"question {qid!r}: the choice {answer.key!r} must be the most probable option, "
                        f"got probabilities {dict(answer.probabilities)}")
-
-
-def test_the_same_request_twice_gets_the_same_answer(check: Check) -> None:
-    first = _decide(check, STATE, MIXED)
-    second = _decide(check, STATE, MIXED)
-    _same(check, "the same request twice", first, second.answers, SAME_ANSWER_TOLERANCE, same_decision=True)
 
 
 def test_the_request_id_is_echoed(check: Check) -> None:
@@ -363,8 +387,8 @@ def test_a_wrong_or_missing_token_is_a_401(check: Check) -> None:
 
 # -- batch --------------------------------------------------------------------------------
 
-def test_batch_answers_each_state_as_alone(check: Check) -> None:
-    states = [STATE, OTHER_STATE]
+def test_batching_alone_and_in_a_batch(check: Check) -> None:
+    states = [STATE, OTHER_STATE, ORDER_PROBES[-1][0]]
     x = check.server.post({"states": states, "questions": MIXED}, path=BATCH_PATH, observe=False)
     if x.status in (404, 405):
         check.target_gap(f"POST {BATCH_PATH} answered {x.status}; the target answers several states in one request")
@@ -373,40 +397,97 @@ def test_batch_answers_each_state_as_alone(check: Check) -> None:
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list) or len(results) != len(states):
         check.fail(f"a batch of {len(states)} states must get {len(states)} results in order, got {check.server.describe(x)}")
+    tolerance = _tolerance(check)
+    pairs = []
     for i, (state, result) in enumerate(zip(states, results)):
         batched = _answers(check, result.get("answers") if isinstance(result, dict) else None, MIXED, f"batch result {i}")
-        _same(check, f"state {i} alone and in the batch", _decide(check, state, MIXED), batched,
-              BATCH_TOLERANCE, same_decision=False)
+        alone = _decide(check, state, MIXED)
+        _same(check, f"batching: state {i} alone and in a batch of {len(states)}", alone, batched, tolerance,
+              same_decision=False)
+        pairs += [(alone[qid], batched[qid]) for qid in MIXED]
+    result = compare(pairs)
+    check.measured(f"batching: {len(states)} states alone and in one POST {BATCH_PATH}: largest probability "
+                   f"deviation {result.max_change:.6f} over {result.pairs} answers (tolerance {tolerance.value:g})")
 
 
-# -- measured, never failed on ------------------------------------------------------------
+def test_batching_alone_and_among_concurrent_requests(check: Check) -> None:
+    alone = _decide(check, STATE, MIXED)
+    tolerance = _tolerance(check)
+    answers = [answers for _, answers in _concurrently(check, STATE, MIXED, CONCURRENT)]
+    for n, other in enumerate(answers):
+        _same(check, f"batching: the request alone and as {n + 1} of {CONCURRENT} identical concurrent requests",
+              alone, other, tolerance, same_decision=True)
+    result = compare((alone[qid], other[qid]) for other in answers for qid in MIXED)
+    check.measured(f"batching: one request alone and {CONCURRENT} identical requests at once: largest probability "
+                   f"deviation {result.max_change:.6f} (tolerance {tolerance.value:g})")
 
-def _orders(question: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The question with its options reversed, and rotated by one."""
-    criteria = question["criteria"]
-    items = list(criteria.items()) if isinstance(criteria, dict) else list(criteria)
-    permuted: list[Mapping[str, Any]] = []
-    for order in (items[::-1], items[1:] + items[:1]):
-        permuted.append({**question, "criteria": dict(order) if isinstance(criteria, dict) else order})
-    return permuted
+
+# -- behaviour: determinism, replicas, option order, interference --------------------------
+
+def test_determinism_the_same_request_again(check: Check) -> None:
+    first = _decide(check, STATE, MIXED)
+    tolerance = _tolerance(check)
+    again = [_decide(check, STATE, MIXED) for _ in range(2)]
+    for n, other in enumerate(again):
+        _same(check, f"determinism: the same request again ({n + 2} of 3)", first, other.answers, tolerance,
+              same_decision=True)
+    result = compare((first[qid], other[qid]) for other in again for qid in MIXED)
+    check.measured(f"determinism: the same request 3 times: largest probability deviation {result.max_change:.6f} "
+                   f"(tolerance {tolerance.value:g})")
 
 
-def test_measure_option_order_flip_rate(check: Check) -> None:
-    pairs = []
+def test_replicas_answer_alike(check: Check) -> None:
+    tolerance = _tolerance(check)
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for body, answers in _concurrently(check, STATE, MIXED, CONCURRENT):
+        served_by = body.get("served_by") if isinstance(body, dict) else None
+        if served_by is not None:
+            groups.setdefault(json.dumps(served_by, sort_keys=True), []).append(answers)
+    if not groups:
+        pytest.skip("replicas: the answers name no served_by, so replicas cannot be told apart")
+    names = list(groups)
+    first = groups[names[0]][0]
+    largest = 0.0
+    for name in names[1:]:
+        other = groups[name][0]
+        for qid, answer in first.items():
+            change = probability_change(answer, other[qid])
+            largest = max(largest, change)
+            if tolerance.exceeded_by(change) or decided(answer) != decided(other[qid]):
+                check.fail(f"replicas: question {qid!r} was answered {describe(answer)} by served_by {names[0]}, "
+                           f"and {describe(other[qid])} by served_by {name} (a probability moved {change:.6f}; "
+                           f"tolerance {tolerance.describe()})")
+    check.measured(f"replicas: {len(groups)} served_by seen in {CONCURRENT} concurrent answers; largest probability "
+                   f"deviation between them {largest:.6f} (tolerance {tolerance.value:g})")
+
+
+def test_option_order_invariance(check: Check) -> None:
+    tolerance = _tolerance(check)
+    pairs, reversed_pairs = [], []
     for state, question in ORDER_PROBES:
-        assert isinstance(question, Mapping)
         reference = _decide(check, state, {"q": question})["q"]
-        pairs += [(reference, _decide(check, state, {"q": permuted})["q"]) for permuted in _orders(question)]
-    result = compare(pairs)
-    check.measured(f"option order: {result.changed} of {result.pairs} reorderings changed the choice "
-                   f"({result.rate:.0%}) over {len(ORDER_PROBES)} questions; largest probability change "
-                   f"{result.max_change:.4f}")
+        for permuted, is_reverse in option_orders(question):
+            pair = (reference, _decide(check, state, {"q": permuted})["q"])
+            pairs.append(pair)
+            if is_reverse:
+                reversed_pairs.append(pair)
+    result, reverse = compare(pairs), compare(reversed_pairs)
+    line = (f"option order: {result.changed} of {result.pairs} reorderings changed the choice ({result.rate:.0%}) "
+            f"over {len(ORDER_PROBES)} questions, the reverse order {reverse.changed} of {reverse.pairs}; largest "
+            f"probability deviation {result.max_change:.4f}")
+    _invariance(check, line, result, tolerance)
 
 
-def test_measure_question_independence(check: Check) -> None:
-    together = _decide(check, STATE, MIXED)
-    pairs = [(_decide(check, STATE, {qid: question})[qid], together[qid]) for qid, question in MIXED.items()]
+def test_question_interference(check: Check) -> None:
+    tolerance = _tolerance(check)
+    # No more questions than the server takes.
+    counts = sorted({min(count, check.server.limits.max_questions - 1) for count in FILLER_COUNTS} - {0})
+    pairs = []
+    for qid, question in MIXED.items():
+        alone = _decide(check, STATE, {qid: question})[qid]
+        pairs += [(alone, _decide(check, STATE, with_fillers(qid, question, count))[qid]) for count in counts]
     result = compare(pairs)
-    check.measured(f"question independence: {result.changed} of {result.pairs} answers decided differently "
-                   f"alone than beside the other {len(MIXED) - 1} questions; largest probability change "
-                   f"{result.max_change:.4f}")
+    line = (f"question interference: {result.changed} of {result.pairs} answers decided differently beside "
+            f"{' or '.join(map(str, counts))} other questions than alone; largest probability deviation "
+            f"{result.max_change:.4f}")
+    _invariance(check, line, result, tolerance)
