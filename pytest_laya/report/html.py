@@ -24,9 +24,10 @@ __all__ = ["render_html", "drift_points", "measures_of"]
 #: The rule families of the conformance table: what each counts.
 FAMILIES = (("operations", "operations"), ("headers", "headers"))
 #: The server contract's section of measured behaviour (pytest_laya.suites.server_under_test).
-MEASURED_SECTION = "measured (reported, never failed on)"
+#: The server contract's section of behaviour figures (its name before the behaviour checks, too).
+MEASURED_SECTIONS = ("behaviour measured", "measured (reported, never failed on)")
 _DRIFT = re.compile(r"body at (?P<where>\S+) \(recorded (?P<recorded>-?[0-9.eE+-]+), now (?P<live>-?[0-9.eE+-]+)")
-_MEASURE = re.compile(r"^(?P<name>[^:]+): (?P<changed>\d+) of (?P<pairs>\d+)\b.*?largest probability change "
+_MEASURE = re.compile(r"^(?P<name>[^:]+): (?P<changed>\d+) of (?P<pairs>\d+)\b.*?largest probability (?:change|deviation) "
                       r"(?P<change>[0-9.]+)")
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;color:#1b1f24;padding:0 1em}
@@ -173,10 +174,15 @@ def _drift(report: Mapping[str, Any], Figure: Any) -> str:
                    f"live, {len(points)} of them over {compared} interactions compared.") + f"<ul>{listed}</ul>"
 
 
+def _measured_lines(report: Mapping[str, Any]) -> list[Any]:
+    notes = report.get("notes") or {}
+    return [line for section in MEASURED_SECTIONS for line in notes.get(section, [])]
+
+
 def measures_of(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The server contract's measured behaviour (``check``), one mapping per measure."""
     found = []
-    for line in (report.get("notes") or {}).get(MEASURED_SECTION, []):
+    for line in _measured_lines(report):
         match = _MEASURE.match(str(line))
         if match:
             found.append({"name": match.group("name"), "changed": int(match.group("changed")),
@@ -186,7 +192,7 @@ def measures_of(report: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _measures(report: Mapping[str, Any], Figure: Any) -> str:
-    lines = (report.get("notes") or {}).get(MEASURED_SECTION, [])
+    lines = _measured_lines(report)
     if not lines:
         return '<p class="none">No behaviour measured (the server contract, python -m pytest_laya check URL, measures it).</p>'
     measures = measures_of(report)
@@ -202,7 +208,7 @@ def _measures(report: Mapping[str, Any], Figure: Any) -> str:
     change.barh(names, [m["max_change"] for m in measures], color="#8250df")
     change.set_xlabel("largest probability change")
     return _figure("measures", _svg(figure), "How answers move when options are reordered or questions asked "
-                   "together (measured, never failed on).") + listed
+                   "together (measured; failed on only where invariance is required).") + listed
 
 
 def _latency(report: Mapping[str, Any], Figure: Any) -> str:

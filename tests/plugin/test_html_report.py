@@ -76,8 +76,9 @@ def test_a_page_with_drift_violations_and_measures_draws_every_figure(tmp_path):
                    "violations": ["POST /v1/systemone -> 200 breaks the target spec (1 violation):\n  /served_by <script>"]}],
         "verify": [{"cassette": "c.yaml", "interactions": [{"number": 1, "differences": [
             "body at /answers/q/p (recorded 0.71, now 0.64: differs by 0.07, more than 0.0001)"]}]}],
-        "notes": {"measured (reported, never failed on)": [
-            "option order: 2 of 12 reorderings changed the choice (17%) over 4 questions; largest probability change 0.1200"]},
+        "notes": {"behaviour measured": [
+            "option order: 2 of 12 reorderings changed the choice (17%) over 4 questions, the reverse order 0 of 4; "
+            "largest probability deviation 0.1200 (reported)"]},
         "unused_cassettes": [], "stale_cassettes": [{"cassette": "old.yaml", "reason": "was recorded on 2025-01-01"}],
     }
     page = tmp_path / "report.html"
