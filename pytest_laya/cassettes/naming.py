@@ -2,9 +2,11 @@
 
 A test's cassette is named from its whole node id. Characters a file system cannot hold, or that
 would make two ids look alike (``/``, space, ``:``, ``%``, a leading ``.``, anything outside
-ASCII letters, digits and ``_.,=+-[]``), are percent-escaped, so ``a/b``, ``a b``, ``a:b`` and
-``a_b`` stay four files; a name over `MAX_NAME` characters keeps its start and a hash of the
-whole id. A cassette named on the marker must stay inside the cassette directory.
+ASCII letters, digits and ``_.,=+-[]``), are percent-escaped, so ``a/b``, ``a b``, ``a:b``,
+``a::b``, ``a.b`` and ``a_b`` stay six files; a name over `MAX_NAME` characters keeps its start
+and a hash of the whole id. Letters keep their case (so the files of ids that differ only in case
+meet on a case-insensitive disk: the plugin refuses such ids at collection). A cassette named on
+the marker must stay inside the cassette directory.
 """
 
 from __future__ import annotations
@@ -57,7 +59,10 @@ def cassette_relpath(nodeid: str, *, shared: bool = False) -> PurePosixPath:
     module_path = PurePosixPath(file_part.replace("\\", "/"))
     stem = module_path.name[:-3] if module_path.name.endswith(".py") else module_path.name
     folders = [safe_name(part) for part in module_path.parent.parts if part not in ("", ".", "/")] if shared else []
-    name = test_part.replace("::", ".") or "module"
+    # `::` between classes and the test becomes `.`; inside a parametrize id (after `[`) it is
+    # escaped like any `:`, so `test_x[a::b]` and `test_x[a.b]` stay two files.
+    head, bracket, params = test_part.partition("[")
+    name = (head.replace("::", ".") + bracket + params) or "module"
     return PurePosixPath(*folders, safe_name(stem or "tests"), safe_name(name) + CASSETTE_SUFFIX)
 
 

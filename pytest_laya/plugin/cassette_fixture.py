@@ -24,9 +24,10 @@ from pytest_laya.plugin.run import LayaRun
 __all__ = ["broken_cassette", "cassette_file",
            "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
 
-#: Test node id -> (the cassette file, every collected test that would use it, in collection order),
+#: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
+#: why they meet: "marker" (cassette=), "name" (their names), "case" (names that differ only in case)),
 #: for the tests that share a file with another.
-SHARED = pytest.StashKey[dict[str, tuple[Path, tuple[str, ...]]]]()
+SHARED = pytest.StashKey[dict[str, tuple[Path, tuple[str, ...], str]]]()
 
 
 def cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
@@ -89,9 +90,10 @@ def _uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
 
 
 def find_shared_cassettes(config: pytest.Config, items: list[pytest.Item], run: LayaRun) -> None:
-    """After collection: note every test whose cassette file another collected test uses too."""
-    users: dict[Path, list[str]] = {}
-    files: dict[Path, Path] = {}
+    """After collection: note every test whose cassette file another collected test uses too, or
+    would use on a case-insensitive disk (macOS, Windows): names that differ only in case."""
+    users: dict[str, list[pytest.Item]] = {}
+    files: dict[str, set[Path]] = {}
     for item in items:
         if not _uses_a_cassette(item, run):
             continue
@@ -99,21 +101,38 @@ def find_shared_cassettes(config: pytest.Config, items: list[pytest.Item], run: 
             path = cassette_file(*cassette_location(item, run))
         except pytest.UsageError:
             continue  # a bad marker: the test's setup reports it
-        key = Path(os.path.normcase(str(path)))
-        users.setdefault(key, []).append(item.nodeid)
-        files.setdefault(key, path)
-    config.stash[SHARED] = {nodeid: (files[key], tuple(nodeids))
-                            for key, nodeids in users.items() if len(nodeids) > 1 for nodeid in nodeids}
+        key = os.path.normcase(str(path)).casefold()
+        users.setdefault(key, []).append(item)
+        files.setdefault(key, set()).add(path)
+    shared: dict[str, tuple[Path, tuple[str, ...], str]] = {}
+    for key, sharing in users.items():
+        if len(sharing) < 2:
+            continue
+        paths = sorted(files[key])
+        named = any(marker_options(item).get("cassette") for item in sharing)
+        why = "case" if len(paths) > 1 else "marker" if named else "name"
+        for item in sharing:
+            shared[item.nodeid] = (paths[0], tuple(i.nodeid for i in sharing), why)
+    config.stash[SHARED] = shared
 
 
-def _sharing(path: Path, nodeids: tuple[str, ...]) -> str:
+def _sharing(path: Path, nodeids: tuple[str, ...], why: str = "marker") -> str:
     two = len(nodeids) == 2
     others = "other's" if two else "others'"
     named = ", ".join(nodeids[:-1]) + f" and {nodeids[-1]}"
+    if why == "case":
+        return (f"{named} have cassette names that differ only in case ({path.name} and the like): on a "
+                f"case-insensitive file system (macOS, Windows) they are one file, so recording would keep only "
+                f"one test's interactions. {'Neither' if two else 'None of them'} ran, and nothing was written. "
+                f"Give the tests ids that differ in more than case (pytest.param(..., id='...')), or name one "
+                f"test's cassette with @pytest.mark.laya(cassette='another_name.yaml').")
+    advice = ("drop @pytest.mark.laya(cassette=...), or name another file" if why == "marker" else
+              "give the tests ids that differ (pytest.param(..., id='...')), or name one test's cassette with "
+              "@pytest.mark.laya(cassette='another_name.yaml')")
     return (f"{named} {'both' if two else 'all'} use the cassette {path}: recording would keep only one test's "
             f"interactions, and replay would leave the {others} unplayed. "
             f"{'Neither' if two else 'None of them'} ran, and nothing was written to that file. Give each test "
-            f"its own cassette (drop @pytest.mark.laya(cassette=...), or name another file).")
+            f"its own cassette ({advice}).")
 
 
 def claim_cassette(request: pytest.FixtureRequest, run: LayaRun, path: Path) -> None:

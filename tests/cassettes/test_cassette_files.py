@@ -212,3 +212,16 @@ def test_a_file_cut_mid_value_is_named_as_truncated(tmp_path):
     path.write_text("interactions:\n- request:\n    method: POST\n    uri: 'http://laya.invalid/v1/sys")
     message = str(_error_of(lambda: _replay(path)))
     assert "cut off (truncated)" in message and message.endswith(REPAIR[-40:])
+
+
+# -- names ----------------------------------------------------------------------------------
+
+def test_a_double_colon_in_a_parametrize_id_is_escaped_not_turned_into_a_dot():
+    from pytest_laya.cassettes.naming import cassette_relpath
+
+    colons = cassette_relpath("tests/test_x.py::test_y[a::b]")
+    dot = cassette_relpath("tests/test_x.py::test_y[a.b]")
+    assert colons != dot
+    assert str(colons) == "test_x/test_y[a%3A%3Ab].yaml" and str(dot) == "test_x/test_y[a.b].yaml"
+    # Class and test are still joined by a dot: the paths of recorded cassettes do not move.
+    assert str(cassette_relpath("tests/test_x.py::TestA::test_b[p-1]")) == "test_x/TestA.test_b[p-1].yaml"

@@ -107,3 +107,36 @@ def test_a_failed_save_names_the_file_and_what_to_do_and_is_counted(pytester):
                                  "cassettes: 1 not saved (the write failed)"])
     assert "OSError" not in result.stdout.str()
     assert report_of(report)["cassettes"]["unsaved"] == 1
+
+
+PARAMETRISED = """
+import pytest
+
+@pytest.mark.parametrize("state", {ids!r})
+def test_each(laya_client, state):
+    assert laya_client.decide(state, {{"q": {{"type": "noul", "instructions": "?"}}}})["q"].p >= 0
+"""
+
+
+def test_ids_with_double_colons_and_dots_get_their_own_cassettes(pytester):
+    pytester.makepyfile(test_it=PARAMETRISED.format(ids=["a::b", "a.b"]))
+    with FakeLayaServer() as server:
+        run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=2)
+    names = sorted(p.name for p in (pytester.path / "cassettes/test_it").glob("*.yaml"))
+    assert names == ["test_each[a%3A%3Ab].yaml", "test_each[a.b].yaml"]
+    run(pytester).assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "two xdist workers"])
+def test_ids_that_differ_only_in_case_are_refused_with_advice_that_fits(pytester, workers):
+    from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
+
+    pytester.makepyfile(test_it=PARAMETRISED.format(ids=["Refund", "refund"]))
+    with FakeLayaServer() as server:
+        result = run(pytester, "--laya-record", f"--laya-url={server.url}", *workers, *WITHOUT_UNUSED_PLUGINS)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*test_it.py::test_each[[]Refund] and test_it.py::test_each[[]refund] have cassette "
+                                 "names that differ only in case*case-insensitive file system (macOS, Windows)*"
+                                 "Give the tests ids that differ in more than case (pytest.param(..., id='...'))*"])
+    assert "drop @pytest.mark.laya(cassette=...)" not in result.stdout.str()
+    assert not list((pytester.path / "cassettes").rglob("*.yaml")) if (pytester.path / "cassettes").exists() else True
