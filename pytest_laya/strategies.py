@@ -370,7 +370,12 @@ def responses(questions: Mapping[str, Any], *, flavor: str = TARGET, model: str 
     return _answers(asked, wire, flavor, model, state)
 
 
-# Built once, not per `responses` call: hypothesis inspects a composite's source when it is made.
+# Built once, not per `responses` call or draw: hypothesis inspects a composite's source when it
+# is made, and a strategy built inside a draw is built again on every draw.
+_P_TRUE = st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(0, 1))
+_TOKENS = st.integers(0, 2**31 - 1)
+
+
 @st.composite
 def _answers(draw: st.DrawFn, asked: Mapping[str, Any], wire: Mapping[str, Any], flavor: str, model: str,
              state: Any) -> dict[str, Any]:
@@ -379,7 +384,7 @@ def _answers(draw: st.DrawFn, asked: Mapping[str, Any], wire: Mapping[str, Any],
     pinned: dict[str, Any] = {}
     for qid, q in asked.items():
         if q.type == "noul":
-            pinned[qid] = draw(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(0, 1)))
+            pinned[qid] = draw(_P_TRUE)
         elif draw(st.booleans()):
             pinned[qid] = draw(st.sampled_from(list(q.option_keys))) if q.type == "choice" else draw(
                 st.integers(0, len(q.option_keys) - 1))
@@ -391,6 +396,7 @@ def _answers(draw: st.DrawFn, asked: Mapping[str, Any], wire: Mapping[str, Any],
     if status != 200:  # pragma: no cover - normalize_questions refused what the fake would
         raise ValueError(f"questions {list(wire)} cannot be answered: {body}")
     usage = body["usage"]
-    usage["input_tokens"] = draw(st.one_of(st.just(usage["input_tokens"]), st.integers(0, 2**31 - 1)))
+    if draw(st.booleans()):
+        usage["input_tokens"] = draw(_TOKENS)
     usage["state_tokens"] = min(usage["state_tokens"], usage["input_tokens"])
     return body

@@ -43,36 +43,47 @@ ADVERSARIAL = [
     "instance", "model", "usage", "results", "queue", KEY, *REQUEST_IDS, TRACE,
     f"00-{TRACE}-00f067aa0ba902b7-01", REVISION, "<redacted>", "recorded", "<local>/tiny", MACHINE_PATH, "0",
 ]
-names = st.one_of(st.sampled_from(ADVERSARIAL), laya_st.texts(min_size=1, max_size=6, blank=False))
+# Strategies are built once here, not inside each draw: building one is most of a draw's cost.
+adversarial = st.sampled_from(ADVERSARIAL)
+names = st.one_of(adversarial, laya_st.texts(min_size=1, max_size=6, blank=False))
+KINDS = st.sampled_from(["choice", "score", "noul"])
+LEVELS = st.lists(names, min_size=1, max_size=3)
+OPTIONS = st.lists(names, min_size=1, max_size=4, unique_by=option_key)
+FLAVORS = st.sampled_from(["target", "laya-serve-0.4.15"])
+LAYOUTS = st.sampled_from([{"separators": (",", ":")}, {}, {"indent": 2}, {"ensure_ascii": False}])
+LATENCIES = st.integers(0, 10**6)
+REQUEST_ID_DRAWS = st.sampled_from(REQUEST_IDS)
+TIMINGS = st.fixed_dictionaries({"queue": st.floats(0, 1e4), "infer": st.integers(0, 10**4)})
 
 
 @st.composite
 def question(draw):
-    kind = draw(st.sampled_from(["choice", "score", "noul"]))
+    kind = draw(KINDS)
     if kind == "noul":
-        return {"type": "noul", "instructions": draw(names)}
+        return {"type": "noul", "instructions": draw(adversarial)}
     if kind == "score":
-        return {"type": "score", "instructions": draw(names), "criteria": draw(st.lists(names, min_size=1, max_size=3))}
-    options = draw(st.lists(names, min_size=1, max_size=4, unique_by=option_key))
+        return {"type": "score", "instructions": draw(adversarial), "criteria": draw(LEVELS)}
+    options = draw(OPTIONS)
     if draw(st.booleans()):
-        return {"type": "choice", "instructions": draw(names), "criteria": options}
-    return {"type": "choice", "instructions": draw(names), "criteria": {o: draw(names) for o in options}}
+        return {"type": "choice", "instructions": draw(adversarial), "criteria": options}
+    return {"type": "choice", "instructions": draw(adversarial), "criteria": {o: draw(adversarial) for o in options}}
+
+
+QUESTION_SETS = st.dictionaries(names, question(), min_size=1, max_size=3)
 
 
 @st.composite
 def exchanges(draw):
     """(request id, request body, served body as a dict, layout) for one decision."""
-    questions = draw(st.dictionaries(names, question(), min_size=1, max_size=3))
-    flavor = draw(st.sampled_from(["target", "laya-serve-0.4.15"]))
-    body = draw(laya_st.responses(questions, flavor=flavor))
+    questions = draw(QUESTION_SETS)
+    body = draw(laya_st.responses(questions, flavor=draw(FLAVORS)))
     # The volatile places a server fills, as laya-serve and a Jev-strict server do.
     body.setdefault("served_by", {})["revision"] = REVISION
     body["routing"] = {"model": "tiny", "repo": MACHINE_PATH}
-    body["latency_ms"] = draw(st.integers(0, 10**6))
+    body["latency_ms"] = draw(LATENCIES)
     if draw(st.booleans()):
-        body["timing"] = {"queue": draw(st.floats(0, 1e4)), "infer": draw(st.integers(0, 10**4))}
-    layout = draw(st.sampled_from([{"separators": (",", ":")}, {}, {"indent": 2}, {"ensure_ascii": False}]))
-    return draw(st.sampled_from(REQUEST_IDS)), {"state": draw(names), "questions": questions}, body, layout
+        body["timing"] = draw(TIMINGS)
+    return draw(REQUEST_ID_DRAWS), {"state": draw(adversarial), "questions": questions}, body, draw(LAYOUTS)
 
 
 def stored_form(body: dict) -> dict:
