@@ -18,6 +18,7 @@ deletes the cassettes the merged report found no shard used (exit 1 when it coul
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog=PROG, description="pytest-laya's command line.")
-    commands = parser.add_subparsers(dest="command", metavar="check|report|store|proxy", parser_class=_OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="check|report|store|proxy|compare", parser_class=_OneLineParser)
     commands.required = True
     check = commands.add_parser("check", help="run the HTTP contract (pytest_laya.suites.server) against a server",
                                 usage=USAGE, description="Run the HTTP contract of a served Laya against URL; exit "
@@ -62,10 +63,65 @@ def _parser() -> argparse.ArgumentParser:
                        help="fail option order and question interference past the tolerance (default: report them)")
     _add_report_commands(commands)
     _add_store_commands(commands)
+    _add_compare_command(commands)
     from pytest_laya.plugin.proxy_command import add_proxy_parser
 
     add_proxy_parser(commands)
     return parser
+
+
+def _add_compare_command(commands: Any) -> None:
+    """``compare A B`` (docs/server-contract.md, "Comparing two servers")."""
+    compare = commands.add_parser(
+        "compare", help="ask two servers (or a server and cassettes, or laya:PATH) the same questions; compare",
+        description="Send the same decisions to A and B (each a URL, a cassette directory, or laya:PATH for Laya in "
+                    "this process) and compare every answer; exit 1 past the tolerance.")
+    compare.add_argument("a", metavar="A")
+    compare.add_argument("b", metavar="B")
+    compare.add_argument("--cases", metavar="FILE.jsonl", default=None,
+                         help='the decisions to send, one {"state", "questions", "expected"?} per line (default: '
+                              "those recorded in a cassette side, else a built-in set)")
+    compare.add_argument("--tolerance", type=float, default=None, metavar="X",
+                         help="the largest probability deviation allowed (default: by the sides' precision, at "
+                              "least their rounding step)")
+    compare.add_argument("--min-accuracy", type=float, default=None, metavar="X",
+                         help="with expected labels in --cases: fail a side whose accuracy is below X")
+    compare.add_argument("--out", metavar="FILE.json", default=None, help="write every decision and figure as JSON")
+    compare.add_argument("--api-key", default=None, metavar="KEY",
+                         help="the servers' bearer token (default: LAYA_SERVED_API_KEY); never printed")
+
+
+def _compare(options: argparse.Namespace) -> int:
+    from pytest_laya.suites.compare import PROBES, Case, CompareError, compare_sides, open_side, read_cases
+
+    where = f"{PROG} compare"
+    if options.tolerance is not None and not options.tolerance >= 0:
+        sys.stderr.write(f"{where}: --tolerance must be a number >= 0, got {options.tolerance!r}\n")
+        return 2
+    sides = []
+    try:
+        for spec in (options.a, options.b):
+            sides.append(open_side(spec, api_key=options.api_key))
+        if options.cases:
+            cases = read_cases(Path(options.cases))
+        else:
+            brought = [found for found in (side.cases() for side in sides) if found is not None]
+            cases = brought[0] if brought else [Case(state, questions, name=str(n))
+                                                for n, (state, questions) in enumerate(PROBES, 1)]
+        result = compare_sides(sides[0], sides[1], cases, tolerance=options.tolerance,
+                               min_accuracy=options.min_accuracy)
+    except CompareError as exc:
+        sys.stderr.write(f"{where}: {exc}\n")
+        return 2
+    finally:
+        for side in sides:
+            side.close()
+    for line in result.lines():
+        print(line)
+    if options.out:
+        Path(options.out).write_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"every decision written to {options.out}")
+    return 1 if result.problems() else 0
 
 
 def _add_store_commands(commands: Any) -> None:
@@ -243,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(options)
     if options.command == "store":
         return _store(options)
+    if options.command == "compare":
+        return _compare(options)
     if options.command == "proxy":
         from pytest_laya.plugin import proxy_command
 
