@@ -47,6 +47,7 @@ __all__ = [
     "InteractionCheck",
     "CassetteVerification",
     "compare_responses",
+    "probability_pairs",
     "verify_interactions",
 ]
 
@@ -81,6 +82,8 @@ class InteractionCheck:
     differences: tuple[str, ...] = ()
     #: "compared", "not sent" (recorded, the test no longer sends it) or "not recorded".
     kind: str = "compared"
+    #: Every probability in both answers, moved or not: (JSON pointer, recorded, live).
+    probabilities: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def matches(self) -> bool:
@@ -97,7 +100,8 @@ class InteractionCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "request": self.request, "kind": self.kind,
-                "matches": self.matches, "differences": list(self.differences)}
+                "matches": self.matches, "differences": list(self.differences),
+                "probabilities": [list(pair) for pair in self.probabilities]}
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,33 @@ def _parse(raw: bytes) -> Any:
         return _ABSENT
 
 
+#: Where an answer holds a probability: a member of `probabilities`, or a member with one of these names.
+PROBABILITY_MEMBERS = ("noul", "p", "confidence")
+
+
+def probability_pairs(recorded: Mapping[str, Any], live: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """Every probability (a number in 0..1 under ``probabilities`` or named `PROBABILITY_MEMBERS`)
+    that both JSON bodies hold at the same pointer: (pointer, recorded, live)."""
+    pairs: list[tuple[str, float, float]] = []
+
+    def walk(mine: Any, theirs: Any, where: str, probabilities: bool) -> None:
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            for key in mine:
+                if key in theirs:
+                    walk(mine[key], theirs[key], join(where, key), key == "probabilities")
+        elif isinstance(mine, list) and isinstance(theirs, list):
+            for index, (a, b) in enumerate(zip(mine, theirs)):
+                walk(a, b, join(where, index), False)
+        elif _is_number(mine) and _is_number(theirs) and (probabilities or where.rsplit("/", 1)[-1] in PROBABILITY_MEMBERS):
+            if 0 <= mine <= 1 and 0 <= theirs <= 1:
+                pairs.append((where, float(mine), float(theirs)))
+
+    parsed_r, parsed_l = _parse(_body(recorded)), _parse(_body(live))
+    if parsed_r is not _ABSENT and parsed_l is not _ABSENT:
+        walk(parsed_r, parsed_l, "", False)
+    return pairs
+
+
 def compare_responses(recorded: Mapping[str, Any], live: Mapping[str, Any], *,
                       tolerance: float = DEFAULT_TOLERANCE, path: str | None = None) -> list[str]:
     """How the live response differs from the recorded one (both vcrpy response dicts, both
@@ -289,7 +320,8 @@ def verify_interactions(recorded: Sequence[tuple[Any, Mapping[str, Any]]],
         index = slots.pop(0)
         verdicts[index] = InteractionCheck(index + 1, _describe(request),
                                            tuple(compare_responses(recorded[index][1], response, tolerance=tolerance,
-                                                                 path=request.path)))
+                                                                 path=request.path)),
+                                           probabilities=tuple(probability_pairs(recorded[index][1], response)))
     checks = [verdicts.get(index) or InteractionCheck(
         index + 1, _describe(request), ("the test no longer sends this request",), kind="not sent")
         for index, (request, _) in enumerate(recorded)]

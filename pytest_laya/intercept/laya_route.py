@@ -15,6 +15,7 @@ request, and an error it raises with a ``laya_fault`` attribute is a fault the t
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -131,6 +132,8 @@ class LayaRoute:
         self.calls = Calls()
         # Calls sent to the server and not answered yet, by request object.
         self._pending: dict[int, tuple[Any, Call]] = {}
+        # When each request sent to the server left (perf_counter), for its exchange's `elapsed_s`.
+        self._sent: dict[int, tuple[Any, float]] = {}
         self._lock = threading.Lock()
 
     def claims(self, request: Any, host: str) -> bool:
@@ -150,6 +153,9 @@ class LayaRoute:
         except Exception as exc:
             self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
+        if not playable:
+            with self._lock:
+                self._sent[id(request)] = (request, time.perf_counter())
         if not playable and _is_call(request):  # sent to the server: a call until it is answered
             with self._lock:
                 known = self._pending.get(id(request), (None,))[0] is request  # vcrpy may ask twice
@@ -173,7 +179,10 @@ class LayaRoute:
         return response
 
     def append(self, request: Any, response: Any) -> None:
-        exchange = exchange_of(request, response)  # as the server sent it, before scrubbing
+        with self._lock:
+            sent = self._sent.pop(id(request), None)
+        elapsed = time.perf_counter() - sent[1] if sent is not None and sent[0] is request else 0.0
+        exchange = exchange_of(request, response, elapsed)  # as the server sent it, before scrubbing
         self.cassette.append(request, response)
         self._observe(request, exchange)
 

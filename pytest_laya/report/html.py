@@ -124,54 +124,73 @@ def _violations(report: Mapping[str, Any]) -> str:
     return "".join(items)
 
 
-def drift_points(report: Mapping[str, Any]) -> list[tuple[float, float, str]]:
-    """(recorded, live, where) for every number verify found moved, from the report's verify results
-    and its tests' drift records."""
-    results = list(report.get("verify") or [])
-    results += [record["drift"] for record in report.get("tests") or [] if isinstance(record.get("drift"), dict)]
-    points, seen = [], set()
-    for result in results:
+def _verify_results(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The report's verify results, once each (a run's ``verify`` and its tests' ``drift`` repeat them)."""
+    results, seen = [], set()
+    candidates = list(report.get("verify") or [])
+    candidates += [record["drift"] for record in report.get("tests") or [] if isinstance(record.get("drift"), dict)]
+    for result in candidates:
+        key = (result.get("cassette"), result.get("server"))
+        if key not in seen:
+            seen.add(key)
+            results.append(result)
+    return results
+
+
+def drift_points(report: Mapping[str, Any]) -> list[tuple[float, float, str, bool]]:
+    """(recorded, live, pointer, moved) for every probability verify compared; `moved` when it
+    moved beyond the tolerance. Reports without ``probabilities`` give the moved numbers only."""
+    points = []
+    for result in _verify_results(report):
+        tolerance = float(result.get("tolerance") or 0.0)
         for check in result.get("interactions") or []:
+            pairs = check.get("probabilities")
+            if pairs:
+                for where, recorded, live in pairs:
+                    points.append((float(recorded), float(live), str(where), abs(recorded - live) > tolerance))
+                continue
             for difference in check.get("differences") or []:
                 match = _DRIFT.search(str(difference))
-                if not match:
-                    continue
-                key = (result.get("cassette"), check.get("number"), match.group("where"))
-                if key in seen:
-                    continue
-                seen.add(key)
-                try:
-                    points.append((float(match.group("recorded")), float(match.group("live")), match.group("where")))
-                except ValueError:
-                    continue
+                if match:
+                    try:
+                        points.append((float(match.group("recorded")), float(match.group("live")),
+                                       match.group("where"), True))
+                    except ValueError:
+                        continue
     return points
 
 
 def _drift(report: Mapping[str, Any], Figure: Any) -> str:
-    results = list(report.get("verify") or [])
-    if not results and not any(record.get("drift") for record in report.get("tests") or []):
+    results = _verify_results(report)
+    if not results:
         return ('<p class="none">No verify run in this report (run with --laya-mode=verify to compare recordings '
                 'with live answers).</p>')
     compared = sum(len(result.get("interactions") or []) for result in results)
     points = drift_points(report)
+    moved = [p for p in points if p[3]]
     if not points:
-        return f'<p class="good">Every recorded answer still matches the live server ({compared} interactions compared).</p>'
+        return f'<p class="good">No probabilities to compare ({compared} interactions compared).</p>'
     figure = Figure(figsize=(5.2, 5.0))
     axes = figure.add_subplot()
-    axes.plot([0, 1], [0, 1], color="#8c959f", linewidth=1, linestyle="--", label="unchanged")
-    axes.scatter([p[0] for p in points], [p[1] for p in points], color="#cf222e", s=28, label="moved", zorder=3)
-    axes.set_xlabel("recorded")
-    axes.set_ylabel("live")
-    low = min(0.0, *(min(p[0], p[1]) for p in points))
-    high = max(1.0, *(max(p[0], p[1]) for p in points))
-    axes.set_xlim(low, high)
-    axes.set_ylim(low, high)
+    axes.plot([0, 1], [0, 1], color="#8c959f", linewidth=1, linestyle="--", label="recorded = live")
+    kept = [p for p in points if not p[3]]
+    if kept:
+        axes.scatter([p[0] for p in kept], [p[1] for p in kept], color="#1a7f37", s=18, alpha=0.7,
+                     label="within the tolerance", zorder=2)
+    if moved:
+        axes.scatter([p[0] for p in moved], [p[1] for p in moved], color="#cf222e", s=30, label="moved", zorder=3)
+    axes.set_xlabel("recorded probability")
+    axes.set_ylabel("live probability")
+    axes.set_xlim(-0.02, 1.02)
+    axes.set_ylim(-0.02, 1.02)
     axes.set_aspect("equal")
     axes.legend(loc="upper left")
     listed = "".join(f"<li><code>{_esc(where)}</code>: recorded {recorded:g}, live {live:g}</li>"
-                     for recorded, live, where in points[:50])
-    return _figure("drift", _svg(figure), f"Numbers (probabilities) that moved beyond the tolerance: recorded against "
-                   f"live, {len(points)} of them over {compared} interactions compared.") + f"<ul>{listed}</ul>"
+                     for recorded, live, where, _ in moved[:50])
+    caption = (f"Each probability of each answer verify compared, recorded against live: {len(points)} over "
+               f"{compared} interactions, {len(moved)} moved beyond the tolerance.")
+    return _figure("drift", _svg(figure), caption) + (f"<ul>{listed}</ul>" if listed else
+                                                      '<p class="good">None moved beyond the tolerance.</p>')
 
 
 def _measured_lines(report: Mapping[str, Any]) -> list[Any]:

@@ -100,3 +100,54 @@ def test_the_html_option_needs_matplotlib_or_says_what_to_install(pytester, monk
     result = run(pytester, "--laya-report-html=r.html")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--laya-report-html draws its figures with matplotlib: pip install 'pytest-laya[report]'" in result.stderr.str()
+
+
+def _move_first_noul(node):
+    """Change the first ``noul`` probability in a JSON document; True once done."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "noul" and isinstance(value, float):
+                node[key] = round(1 - value, 4) if abs(1 - 2 * value) > 0.2 else round((value + 0.5) % 1, 4)
+                return True
+            if _move_first_noul(value):
+                return True
+    if isinstance(node, list):
+        return any(_move_first_noul(item) for item in node)
+    return False
+
+
+def test_a_verify_run_plots_every_probability_recorded_against_live(pytester, tmp_path):
+    import json
+
+    import yaml
+
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with FakeLayaServer() as fake:
+        run(pytester, "--laya-record", f"--laya-url={fake.url}").assert_outcomes(passed=1)
+        path = pytester.path / "cassettes/test_it/test_refund.yaml"
+        data = yaml.safe_load(path.read_text())
+        body = data["interactions"][-1]["response"]["body"]
+        answer = json.loads(body["string"])
+        assert _move_first_noul(answer)
+        body["string"] = json.dumps(answer)
+        path.write_text(yaml.safe_dump(data))
+        result = run(pytester, "--laya-mode=verify", f"--laya-url={fake.url}", "--laya-report-html=verify.html")
+    result.assert_outcomes(passed=1, errors=1)  # the drift fails the test at teardown
+    page = pytester.path / "verify.html"
+    text = page.read_text()
+    moved = re.search(r"recorded against live: (\d+) over 1 interactions, (\d+) moved beyond the tolerance", text)
+    assert moved is not None and int(moved.group(1)) >= 3 and moved.group(2) == "1"
+    dom, console = open_page(page, tmp_path / "verify.png", tmp_path / "profile")
+    assert console == []
+    assert _figures(dom) == ["conformance", "drift", "latency"]
+    _not_blank(tmp_path / "verify.png")
+
+
+def test_each_exchange_sent_to_a_server_carries_its_latency(pytester):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with FakeLayaServer() as fake:
+        run(pytester, "--laya-record", f"--laya-url={fake.url}", "--laya-report=r.json").assert_outcomes(passed=1)
+    import json
+
+    (record,) = json.loads((pytester.path / "r.json").read_text())["tests"]
+    assert record["latency_ms"] and all(ms > 0 for ms in record["latency_ms"])
