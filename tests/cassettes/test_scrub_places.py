@@ -142,6 +142,13 @@ def test_a_long_key_inside_a_problems_detail_is_still_replaced(tmp_path):
     assert key not in stored and json.loads(stored)["detail"] == f"the key {REDACTED} is revoked"
 
 
+def test_every_copy_of_a_duplicate_member_is_scrubbed_and_the_layout_kept(tmp_path):
+    key = "sk-live-0123456789"
+    body = f'{{"token" : "{key}",\n "token":"{key}", "n": [1, "\\u0073k-live-0123456789"]}}'
+    stored, _ = round_trip(tmp_path, body, api_key=key)
+    assert stored == f'{{"token" : "{REDACTED}",\n "token":"{REDACTED}", "n": [1, "{REDACTED}"]}}'
+
+
 # --------------------------------------------------------------------------- from outside, through the plugin
 
 DOWNSTREAM = """
