@@ -49,3 +49,23 @@ def test_the_downstream_example_passes_from_the_wheel_in_a_fresh_environment(tmp
     final = result.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"=+ \d+ passed in [\d.]+s =+", final), final  # nothing failed, skipped or errored
     assert "cassettes: 16 played" in result.stdout
+
+
+def test_the_shipped_cassettes_are_what_the_documented_re_record_command_writes(tmp_path, laya_reference_server):
+    # examples/downstream/README.md's re-record command, against the reference server on the tiny
+    # checkpoint: every shipped cassette must come back unchanged, or the example ships stale ones.
+    project = tmp_path / "downstream"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.egg-info"))
+    before = {p.relative_to(project): p.read_bytes() for p in (project / "tests" / "cassettes").rglob("*.yaml")}
+    readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+    command = "python -m pytest --laya-record --laya-url http://127.0.0.1:8765 --laya-spec target"
+    assert command in readme
+    args = command.split()[1:]
+    args[args.index("http://127.0.0.1:8765")] = laya_reference_server.url
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, *args, "-p", "no:cacheprovider"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"cassettes: {len(before)} re-recorded unchanged" in done.stdout, done.stdout[-3000:]
+    after = {p.relative_to(project): p.read_bytes() for p in (project / "tests" / "cassettes").rglob("*.yaml")}
+    assert after == before
