@@ -307,6 +307,7 @@ class ProxyServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # the listen backlog: a burst of clients waits, never reset
     block_on_close = False
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, limits: ProxyLimits | None = None,

@@ -150,7 +150,7 @@ def test_live_forwards_and_verify_compares(node_project):
 TIMEOUT_CLIENT = r"""
 try {
   await fetch(process.env.LAYA_SERVED_URL + "/v1/systemone", {method: "POST", body: "{}",
-              headers: {"content-type": "application/json"}, signal: AbortSignal.timeout(500)});
+              headers: {"content-type": "application/json"}, signal: AbortSignal.timeout(3000)});
   console.log("answered");
 } catch (error) {
   console.log(error.name);

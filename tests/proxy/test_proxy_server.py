@@ -144,7 +144,7 @@ def test_vanishing_clients_cost_nothing_and_the_proxy_goes_on():
 
 def test_thirty_two_clients_are_served_at_once():
     clients = 32
-    together = threading.Barrier(clients, timeout=WAIT_S)
+    together = threading.Barrier(clients, timeout=6 * WAIT_S)  # generous: 32 threads on a busy machine
 
     def target(request: IncomingRequest) -> Reply:
         together.wait()  # breaks unless all 32 requests are in the proxy at the same time
@@ -155,7 +155,7 @@ def test_thirty_two_clients_are_served_at_once():
         host, port = server.server_address[:2]
 
         def client(n: int) -> None:
-            connection = http.client.HTTPConnection(host, port, timeout=WAIT_S)
+            connection = http.client.HTTPConnection(host, port, timeout=6 * WAIT_S)
             connection.request("POST", f"/v1/systemone?client={n}", body=b"{}")
             response = connection.getresponse()
             response.read()
@@ -166,7 +166,7 @@ def test_thirty_two_clients_are_served_at_once():
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(WAIT_S)
+            thread.join(6 * WAIT_S)
     assert results == [200] * clients
 
 
