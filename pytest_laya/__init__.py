@@ -55,6 +55,9 @@ _EXPORTS = {
     "CassetteMiss": "pytest_laya.cassettes.errors",
     "CassetteMissing": "pytest_laya.cassettes.errors",
     "NetworkBlocked": "pytest_laya.intercept.switchboard",
+    "answer": "pytest_laya.fake.mock_answers",
+    "httpx_callback": "pytest_laya.fake.mock_answers",
+    "respx_side_effect": "pytest_laya.fake.mock_answers",
     "DecisionModel": "pytest_laya.models",
     "ServedLayaModel": "pytest_laya.models",
     "LayaModel": "pytest_laya.models",
@@ -69,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.client import AsyncServedLayaClient, ServedLayaClient
     from pytest_laya.contract import DecisionModelContract
     from pytest_laya.fake import FakeLaya, FakeLayaServer
+    from pytest_laya.fake.mock_answers import answer, httpx_callback, respx_side_effect
     from pytest_laya.faults import ScriptedServer
     from pytest_laya.intercept.switchboard import NetworkBlocked
     from pytest_laya.models import DecisionModel, LayaModel, ServedLayaModel

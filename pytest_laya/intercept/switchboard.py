@@ -9,7 +9,13 @@ switchboard stands in that place for a whole test and sends each request to one 
   every exchange handed to the route's observer (the spec check);
 * another vcrpy cassette the test holds (pytest-recording's ``@pytest.mark.vcr``), for every
   other host, with that cassette's own rules;
-* the network, untouched, or refused with `NetworkBlocked` when the run blocks it.
+* the network, untouched, or refused with `NetworkBlocked` when the run blocks it;
+* another mock library, when one answers the request in memory (respx, pytest-httpx, an
+  ``httpx.MockTransport`` or ASGI/WSGI app): never blocked, and a decision answer it gives is
+  handed to the activation's `mocked` check (the plugin holds it to the spec).
+
+vcrpy's httpx patches wrap whatever handler is in place when they are entered (pytest-httpx's,
+when it patched first), not only httpx's own, and note which transport asks.
 
 The patches are built once per switchboard and entered per activation, so a test pays for
 switching routes, not for building vcrpy's patchers (docs/benchmarks.md).
@@ -18,12 +24,14 @@ switching routes, not for building vcrpy's patchers (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["NetworkBlocked", "Route", "Switchboard", "host_of"]
+__all__ = ["NetworkBlocked", "Route", "Switchboard", "answered_by_a_mock", "host_of"]
 
 
 class NetworkBlocked(Exception):
@@ -115,6 +123,41 @@ class _OuterCassette:
 
 _NETWORK = _Network()
 
+#: The httpx transport whose handler is running (set around vcrpy's httpx stubs), and whether
+#: that handler is a mock library's rather than httpx's own.
+_TRANSPORT: contextvars.ContextVar[Any] = contextvars.ContextVar("pytest_laya_transport", default=None)
+_MOCK_HANDLER: contextvars.ContextVar[bool] = contextvars.ContextVar("pytest_laya_mock_handler", default=False)
+#: httpx transports that answer in memory, never from the network.
+_IN_MEMORY_TRANSPORTS = ("MockTransport", "ASGITransport", "WSGITransport")
+
+
+def answered_by_a_mock() -> bool:
+    """Whether the request being routed is answered in memory by another library: an httpx
+    `MockTransport` (respx's and pytest-httpx's included) or ASGI/WSGI app, a mock library's
+    handler in place of httpx's own (pytest-httpx), or httpcore under an active respx router."""
+    transport = _TRANSPORT.get()
+    if transport is None:
+        return False
+    if _MOCK_HANDLER.get():
+        return True
+    if any(cls.__name__ in _IN_MEMORY_TRANSPORTS and cls.__module__.split(".")[0] in ("httpx", "httpx2")
+           for cls in type(transport).__mro__):
+        return True
+    respx = sys.modules.get("respx.mocks")
+    registry = getattr(getattr(respx, "Mocker", None), "registry", None) or {}
+    return any(getattr(mocker, "routers", None) for mocker in registry.values())
+
+
+class _Mocked(_Network):
+    """A request another mock library answers: it goes through, and its answer is handed to `check`."""
+
+    def __init__(self, check: Callable[[Any, Any], None] | None) -> None:
+        self.check = check
+
+    def append(self, request: Any, response: Any) -> None:
+        if self.check is not None:
+            self.check(request, response)
+
 
 class Switchboard:
     """Routes each intercepted request to the active test's Laya route, an outer cassette, or the network.
@@ -144,6 +187,7 @@ class Switchboard:
         self.allowed_hosts: frozenset[str] = frozenset()
         self.ignored_hosts: frozenset[str] = frozenset()
         self._blocked = _Blocked(_path_only, [])
+        self._mocked = _Mocked(None)
         self._last: tuple[Any, Route] | None = None
 
     # -- activation
@@ -152,16 +196,19 @@ class Switchboard:
     def active(self, laya: Sequence[Any], *, outer: Any = None, block_network: bool = False,
                allowed_hosts: Sequence[str] = (), ignored_hosts: Sequence[str] = (),
                shown: Callable[[Any], str] | None = None,
-               refused: list[BaseException] | None = None) -> Iterator[Switchboard]:
+               refused: list[BaseException] | None = None,
+               mocked: Callable[[Any, Any], None] | None = None) -> Iterator[Switchboard]:
         """Route through `laya` (and `outer`) until the block ends; the HTTP patches are in place meanwhile.
 
         A blocked request's `NetworkBlocked` shows its path and query as `shown(request)` gives
-        them (by default the path alone) and is appended to `refused`.
+        them (by default the path alone) and is appended to `refused`. `mocked(request, response)`
+        sees each answer another mock library gave (`answered_by_a_mock`).
         """
         with self._lock:
             self._depth += 1
             outermost = self._depth == 1
-        saved = (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts, self._blocked)
+        saved = (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts, self._blocked,
+                 self._mocked)
         self.laya = (*laya, *(() if outermost else self.laya))
         self._last = None
         if outer is not None or outermost:
@@ -170,6 +217,7 @@ class Switchboard:
         self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
         self.ignored_hosts = frozenset(_normal_host(h) for h in ignored_hosts)
         self._blocked = _Blocked(shown or _path_only, refused if refused is not None else [])
+        self._mocked = _Mocked(mocked) if mocked is not None or outermost else self._mocked
         entered: list[Any] = []
         try:
             if outermost:
@@ -179,7 +227,8 @@ class Switchboard:
             yield self
         finally:
             (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts,
-             self._blocked) = saved if not outermost else ((), None, False, frozenset(), frozenset(), saved[5])
+             self._blocked, self._mocked) = saved if not outermost else ((), None, False, frozenset(), frozenset(),
+                                                                         saved[5], _Mocked(None))
             self._last = None
             try:
                 _undo(entered)
@@ -191,7 +240,7 @@ class Switchboard:
         if self._patchers is None:
             from vcr.patch import CassettePatcherBuilder
 
-            self._patchers = [_attribute_patch(p) for p in CassettePatcherBuilder(self).build()]
+            self._patchers = [_attribute_patch(p, self) for p in CassettePatcherBuilder(self).build()]
         return self._patchers
 
     # -- routing
@@ -214,6 +263,8 @@ class Switchboard:
                     return route
         if self.outer is not None:
             return self.outer
+        if answered_by_a_mock():
+            return self._mocked
         if self.block_network and not _allowed(host, self.allowed_hosts):
             return self._blocked
         return _NETWORK
@@ -258,8 +309,12 @@ class _AttributePatch:
             original, local = target.__dict__[name], True
         except (AttributeError, KeyError):
             original, local = getattr(target, name), False  # AttributeError as mock raises it
-        setattr(target, name, self.new)
+        new = self._new(original)
+        setattr(target, name, new)
         self._saved.append((original, local))
+        return new
+
+    def _new(self, current: Any) -> Any:
         return self.new
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -284,15 +339,65 @@ def _undo(entered: list[Any]) -> None:
         raise error
 
 
-def _attribute_patch(patcher: Any) -> Any:
-    """`patcher` as an `_AttributePatch` when it is a plain ``mock.patch.object``, else itself."""
+class _HttpxPatch(_AttributePatch):
+    """vcrpy's patch of an httpx transport's handler, entered around the handler in place then
+    (a mock library's, such as pytest-httpx's, when it patched first; httpx's own otherwise),
+    noting which transport asks and whether a mock library's handler answers."""
+
+    __slots__ = ("switchboard", "library")
+
+    def __init__(self, target: Any, attribute: str, new: Any, switchboard: Any, library: Any) -> None:
+        super().__init__(target, attribute, new)
+        self.switchboard = switchboard
+        self.library = library
+
+    def _new(self, current: Any) -> Any:
+        mock_handler = getattr(current, "__module__", "").split(".")[0] not in ("httpx", "httpx2", "pytest_laya")
+        if mock_handler:
+            from vcr.stubs import httpx_stubs
+
+            wrap = httpx_stubs.vcr_handle_async_request if self.attribute == "handle_async_request" \
+                else httpx_stubs.vcr_handle_request
+            stub = wrap(self.switchboard, current, self.library)
+        else:
+            stub = self.new
+        if self.attribute == "handle_async_request":
+            async def handle_async_request(transport: Any, request: Any) -> Any:
+                tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(mock_handler)
+                try:
+                    return await stub(transport, request)
+                finally:
+                    _MOCK_HANDLER.reset(tokens[1])
+                    _TRANSPORT.reset(tokens[0])
+            return handle_async_request
+
+        def handle_request(transport: Any, request: Any) -> Any:
+            tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(mock_handler)
+            try:
+                return stub(transport, request)
+            finally:
+                _MOCK_HANDLER.reset(tokens[1])
+                _TRANSPORT.reset(tokens[0])
+        return handle_request
+
+
+def _attribute_patch(patcher: Any, switchboard: Any = None) -> Any:
+    """`patcher` as an `_AttributePatch` when it is a plain ``mock.patch.object`` (an `_HttpxPatch`
+    for an httpx transport's handler), else itself."""
     from unittest import mock
 
     plain = (type(patcher) is mock._patch and patcher.new is not mock.DEFAULT and not patcher.create
              and patcher.spec is None and patcher.spec_set is None and patcher.autospec is None
              and patcher.new_callable is None and not patcher.kwargs and not patcher.additional_patchers
              and patcher.attribute_name is None)
-    return _AttributePatch(patcher.getter(), patcher.attribute, patcher.new) if plain else patcher
+    if not plain:
+        return patcher
+    target = patcher.getter()
+    library = sys.modules.get(getattr(target, "__module__", "").split(".")[0])
+    if (switchboard is not None and isinstance(target, type) and library is not None
+            and library.__name__ in ("httpx", "httpx2") and patcher.attribute in ("handle_request", "handle_async_request")):
+        return _HttpxPatch(target, patcher.attribute, patcher.new, switchboard, library)
+    return _AttributePatch(target, patcher.attribute, patcher.new)
 
 
 def _exit_without_swallowing(self: Any, *exc_info: Any) -> None:

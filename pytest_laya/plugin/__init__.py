@@ -416,9 +416,11 @@ def laya_cassette(_laya_route: TestRoute) -> CassetteHandle | None:
 
 @pytest.fixture(autouse=True)
 def _laya_network_guard(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[None]:
-    """--laya-block-network (or the marker's ``block_network=True``) for tests that have no Laya
-    server: only allowed hosts are reached."""
-    if "laya_server" in request.fixturenames or not blocks_network(request.node, laya_run):
+    """For tests that have no Laya server: --laya-block-network (or the marker's
+    ``block_network=True``), so only allowed hosts are reached; and, for a test that uses respx or
+    pytest-httpx, the spec check of the decision answers they give (never blocked)."""
+    mocks = {"respx_mock", "httpx_mock"}.intersection(request.fixturenames) or request.node.get_closest_marker("respx")
+    if "laya_server" in request.fixturenames or not (mocks or blocks_network(request.node, laya_run)):
         yield
         return
     with routed(request, laya_run, [], vcr_config(request)):

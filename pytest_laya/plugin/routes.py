@@ -34,6 +34,7 @@ from pytest_laya.plugin.cassette_fixture import (
 )
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
+from pytest_laya.plugin.mocked_answers import LISTED_VIOLATIONS, MockedAnswerCheck
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 from pytest_laya.plugin.store import fetch_missing, store_recorded
 from pytest_laya.plugin.verify_mode import changed_answers, shown_path, verify_route
@@ -51,8 +52,6 @@ __all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "fail_swallowed", "open_fake_rou
 #: test has open (its `laya_server`'s and its `laya_fake_server`'s).
 ROUTE = pytest.StashKey["TestRoute"]()
 OPEN_ROUTES = pytest.StashKey[list["TestRoute"]]()
-#: The summary section listing violations that failed no test (report mode, laya_fake_server).
-LISTED_VIOLATIONS = "spec violations (listed, not failing)"
 
 
 @dataclass
@@ -265,9 +264,13 @@ def routed(request: pytest.FixtureRequest, run: LayaRun, laya: list[LayaRoute], 
     from pytest_laya.cassettes.scrub import Scrubber
 
     scrubber = Scrubber(run.api_key, learn=True, config=config)
+    refused = refused if refused is not None else []
+    if "httpx_mock" in request.fixturenames:  # pytest-httpx patches first, so its answers pass the switchboard
+        request.getfixturevalue("httpx_mock")
     with run.switchboard().active(laya, outer=outer_cassette(request), block_network=blocks_network(request.node, run),
                                   allowed_hosts=config.allowed_hosts, ignored_hosts=config.ignore_hosts,
-                                  shown=lambda sent: scrubber.shown_target(sent.uri, sent.headers), refused=refused):
+                                  shown=lambda sent: scrubber.shown_target(sent.uri, sent.headers), refused=refused,
+                                  mocked=MockedAnswerCheck(run, refused)):
         yield
 
 
@@ -376,7 +379,10 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
                     outcome = "unsaved"
                     run.count_cassette(outcome)
                 raise
-            run.count_cassette(outcome)
+            if outcome == "missing" and route.laya is not None and not route.laya.exchanges and not route.laya.calls:
+                outcome = None  # the test made no Laya call: it needs no cassette
+            else:
+                run.count_cassette(outcome)
             if broken is not None and outcome == "written":
                 run.note("broken cassettes replaced by this recording", f"{shown_path(handle.path)}: {broken}")
             if route.kind == "record" and route.cassette_path is not None:

@@ -24,7 +24,10 @@ CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)
                   "broken": "broken (replay could not read the file)", "unsaved": "not saved (the write failed)",
                   "fetched": "fetched from the store", "stored": "written to the store"}
 
-__all__ = ["conclude", "summary", "write_terminal_summary"]
+#: Notes that inform rather than ask for action: shown under -v (and always in the report).
+INFORMATIONAL_NOTES = ("gaps", "not checked: requests the specs do not describe")
+
+__all__ = ["claimed_violations", "conclude", "summary", "write_terminal_summary"]
 
 
 def summary(run: LayaRun) -> dict[str, Any]:
@@ -99,27 +102,45 @@ def write_html_report(run: LayaRun, config: pytest.Config) -> None:
     os.replace(tmp, run.report_html)
 
 
+def claimed_violations(report: dict[str, Any]) -> int:
+    """Violations of the spec each server is held to (the counts against the other spec inform only)."""
+    held = report["servers"]
+    return sum(int(row["violations"]) for row in report["conformance"] if held.get(row["server"]) == row["spec"])
+
+
 def write_terminal_summary(tr: Any, run: LayaRun) -> None:
-    """The ``pytest-laya`` section of the terminal summary (nothing when the run saw no Laya)."""
+    """The ``pytest-laya`` section of the terminal summary (nothing when the run saw no Laya).
+
+    Quiet by default: one line (mode, cassettes, violations) and what asks for action. The
+    servers, the conformance table and the informational notes come with ``-v`` (and always in
+    ``--laya-report``), and in a server-contract run, whose point they are.
+    """
     report = summary(run)
     unused = report["unused_cassettes"] or []
     if not report["servers"] and not any(report["cassettes"].values()) and not unused and not run.notes:
         return
     tr.section("pytest-laya")
     c = report["cassettes"]
-    tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
     counted = [f"{c[key]} {CASSETTE_WORDS[key]}" for key in CASSETTE_COUNTS if c.get(key)]
     if run.verify and run.verify.results:  # verify reads each test's cassette and replays it live
         checked = len(run.verify.results)
         counted.append(f"{checked} verified against the live server (below)")
-    tr.line(f"cassettes: {', '.join(counted) or 'none used'}")
+    detailed = tr.config.option.verbose > 0 or "server contract" in run.notes
+    if not detailed:
+        tr.line(f"mode: {run.mode}; cassettes: {', '.join(counted) or 'none used'}; "
+                f"violations: {claimed_violations(report)} (-v for the conformance table)")
+    else:
+        tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
+        tr.line(f"cassettes: {', '.join(counted) or 'none used'}")
     for section, lines in run.notes.items():  # before the conformance table, which ends the section
+        if not detailed and section in INFORMATIONAL_NOTES:
+            continue
         tr.line(f"{section}:")
         for line in lines:
             tr.line(f"  {line}")
-    if run.notes and report["conformance"]:
+    if detailed and run.notes and report["conformance"]:
         tr.line("conformance (each server's responses, against each spec):")
-    for row in report["conformance"]:
+    for row in report["conformance"] if detailed else ():
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
                 f"headers {row['headers_met']}/{row['headers_seen']}, "
                 f"{row['violations']} violations in {row['exchanges']} responses")

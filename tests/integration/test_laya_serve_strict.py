@@ -53,7 +53,7 @@ async def test_decide_async(async_laya_client):
     assert list(decision.answers) == list(QUESTIONS)
 ''')
     pytester.makeini("[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--laya-mode=live", f"--laya-url={strict.url}")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--laya-mode=live", f"--laya-url={strict.url}", "-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([f"*live {strict.url}*current  operations */*, 0 violations in * responses"])
 

@@ -87,14 +87,14 @@ def _break_probability(path):
 
 def test_own_clients_record_replay_and_are_validated(pytester, laya_serve_like):
     pytester.makepyfile(test_it=OWN_CLIENTS)
-    recorded = run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}")
+    recorded = run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}", "-v")
     recorded.assert_outcomes(passed=4)
     recorded.stdout.fnmatch_lines(["mode: record; servers: live http://127.0.0.1:* (current spec)",
                                    "cassettes: 4 recorded",
                                    "*live http://127.0.0.1:* current *0 violations in 4 responses"])
     served = len(laya_serve_like.requests)
     report = pytester.path / "laya.json"
-    replayed = run(pytester, f"--laya-report={report}")
+    replayed = run(pytester, f"--laya-report={report}", "-v")
     replayed.assert_outcomes(passed=4)
     replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)", "cassettes: 4 played",
                                    "*replay of fake-laya * current *0 violations in 4 responses"])
@@ -240,7 +240,7 @@ def test_spec_auto_follows_the_laya_spec_header(pytester):
 
     with ScriptedServer(default=Handler(target_claiming)) as server:
         pytester.makepyfile(test_it=OWN_CLIENTS.split("def test_async_httpx")[0])
-        result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}")
+        result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["mode: live; servers: live http://127.0.0.1:* (target spec)"])
 

@@ -45,7 +45,7 @@ def test_a_scripted_garbage_body_reaches_the_service(laya_fake_server):
 def test_own_clients_reach_the_fake_under_block_network_and_are_counted(pytester):
     pytester.makepyfile(test_it=OWN_CLIENTS)
     report = pytester.path / "laya.json"
-    result = run(pytester, "--laya-block-network", f"--laya-report={report}")
+    result = run(pytester, "--laya-block-network", f"--laya-report={report}", "-v")
     result.assert_outcomes(passed=3)
     rows = {row["spec"]: row for row in report_of(report)["conformance"] if row["server"] == "laya_fake_server"}
     assert set(rows) == {"current", "target"}

@@ -45,7 +45,7 @@ def laya_serve_like():
 
 def test_fake_mode_answers_and_summarises(pytester):
     pytester.makepyfile(test_it=TEST_DECIDE)
-    result = run(pytester, "--laya-mode=fake")
+    result = run(pytester, "--laya-mode=fake", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*pytest-laya*", "mode: fake; servers: fake http://127.0.0.1:* (target spec)",
                                  "*target*operations 1/1*"])
@@ -55,14 +55,14 @@ def test_record_then_replay_without_a_server(pytester, laya_serve_like):
     pytester.makepyfile(test_it=TEST_DECIDE)
     recorded = run(pytester, "--laya-record", f"--laya-url={laya_serve_like.url}", f"--laya-api-key={CANARY}")
     recorded.assert_outcomes(passed=1)
-    recorded.stdout.fnmatch_lines(["cassettes: 1 recorded"])
+    recorded.stdout.fnmatch_lines(["*cassettes: 1 recorded;*"])
     [cassette] = (pytester.path / "cassettes").rglob("*.yaml")
     text = cassette.read_text()
     assert CANARY not in text and "interactions" in text
     served = len(laya_serve_like.requests)
     replayed = run(pytester)
     replayed.assert_outcomes(passed=1)
-    replayed.stdout.fnmatch_lines(["cassettes: 1 played"])
+    replayed.stdout.fnmatch_lines(["*cassettes: 1 played;*"])
     assert len(laya_serve_like.requests) == served  # replay never reached the server
 
 
@@ -383,11 +383,11 @@ def test_replay_holds_responses_to_the_spec_their_cassette_was_recorded_under(py
     pytester.makepyfile(test_it=TEST_DECIDE)
     with FakeLayaServer() as target_server:  # speaks the target spec
         record(pytester, target_server, "--laya-spec=target")
-    replayed = run(pytester)
+    replayed = run(pytester, "-v")
     replayed.assert_outcomes(passed=1)
     replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (target spec)"])
     # The command line still wins over the recorded spec (and the target's answers meet the current spec too).
-    held_to_current = run(pytester, "--laya-spec=current")
+    held_to_current = run(pytester, "--laya-spec=current", "-v")
     held_to_current.assert_outcomes(passed=1)
     held_to_current.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)"])
 
@@ -414,7 +414,7 @@ def test_a_server_that_names_no_weights_is_named_by_its_server_header(pytester):
         run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
     meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
     assert meta["server"] == "acme-jev/2.1" and "identity" not in meta
-    run(pytester).stdout.fnmatch_lines(["mode: replay; servers: replay of acme-jev/2.1 (current spec)"])
+    run(pytester, "-v").stdout.fnmatch_lines(["mode: replay; servers: replay of acme-jev/2.1 (current spec)"])
 
 
 def test_a_server_that_names_nothing_is_named_by_its_url_without_credentials(pytester):
@@ -479,7 +479,7 @@ def test_async_client_in_fake_and_replay_mode(pytester, laya_serve_like):
     served = len(laya_serve_like.requests)
     replayed = run_async(pytester)
     replayed.assert_outcomes(passed=1)
-    replayed.stdout.fnmatch_lines(["cassettes: 1 played"])
+    replayed.stdout.fnmatch_lines(["*cassettes: 1 played;*"])
     assert len(laya_serve_like.requests) == served
 
 
@@ -549,7 +549,7 @@ def test_it_is_ours(laya_server, laya_cassette, our_laya):
     assert laya_server.url == our_laya.url and laya_cassette is None
 """)
     for args in ([], ["--laya-mode=live"], ["--laya-mode=fake"]):  # live needs no --laya-url: the project chose
-        result = run(pytester, *args)
+        result = run(pytester, *args, "-v")
         result.assert_outcomes(passed=2)
         result.stdout.fnmatch_lines(["*servers: staging http://127.0.0.1:* (current spec)",
                                      "*staging http://127.0.0.1:* current *operations 2/2*0 violations*"])
@@ -589,7 +589,7 @@ def test_pytest_recording_and_pytest_laya_side_by_side(pytester, laya_serve_like
     report = pytester.path / "laya.json"
     replayed = sub(f"--laya-report={report}")  # pytest-laya replays, pytest-recording's default mode is none
     replayed.assert_outcomes(passed=2)
-    replayed.stdout.fnmatch_lines(["cassettes: 1 played"])
+    replayed.stdout.fnmatch_lines(["*cassettes: 1 played;*"])
     assert len(laya_serve_like.requests) == served
     assert unused_of(report) == []  # pytest-recording's cassette is not pytest-laya's to call unused
     listed = sub("--fixtures")

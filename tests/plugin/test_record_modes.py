@@ -34,7 +34,7 @@ def test_record_missing_records_only_tests_without_a_cassette(pytester, server):
     pytester.makepyfile(test_it=TWO)
     result = _record(pytester, server, "--laya-record=missing")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["mode: record; *", "cassettes: 1 played, 1 recorded"])
+    result.stdout.fnmatch_lines(["mode: record; cassettes: 1 played, 1 recorded; *"])
     assert first.read_bytes() == before
     assert (pytester.path / "cassettes/test_it/test_again.yaml").is_file()
     # Nothing missing: no server is needed at all.
@@ -48,7 +48,7 @@ def test_record_missing_under_xdist_writes_each_missing_cassette_once_and_no_sec
     run(pytester, "test_a.py", f"--laya-url={server.url}", f"--laya-api-key={CANARY}", "--laya-record").assert_outcomes(passed=6)
     result = _record(pytester, server, "--laya-record=missing", "-n", "2", *WITHOUT_UNUSED_PLUGINS)
     result.assert_outcomes(passed=12)
-    result.stdout.fnmatch_lines(["cassettes: 6 played, 6 recorded"])
+    result.stdout.fnmatch_lines(["*cassettes: 6 played, 6 recorded;*"])
     files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "cassettes").rglob("*.yaml"))
     assert len(files) == 12 and len(set(files)) == 12
     for path in (pytester.path / "cassettes").rglob("*.yaml"):
@@ -68,7 +68,7 @@ def test_re_recording_says_which_answers_changed(pytester):
         run(pytester, "--laya-record", f"--laya-url={first.url}", "--laya-spec=target").assert_outcomes(passed=1)
     with FakeLayaServer(model="one") as same:
         unchanged = run(pytester, "--laya-record", f"--laya-url={same.url}", "--laya-spec=target")
-    unchanged.stdout.fnmatch_lines(["cassettes: 1 re-recorded unchanged"])
+    unchanged.stdout.fnmatch_lines(["*cassettes: 1 re-recorded unchanged;*"])
     assert "answers changed" not in unchanged.stdout.str()
     with FakeLayaServer(model="two") as other:
         changed = run(pytester, "--laya-record", f"--laya-url={other.url}", "--laya-spec=target")
@@ -82,12 +82,12 @@ def test_counts_say_what_happened(pytester, server):
     pytester.makepyfile(test_it=TEST_DECIDE)
     missing = run(pytester)
     missing.assert_outcomes(failed=1)
-    missing.stdout.fnmatch_lines(["cassettes: 1 missing (replay found no file)",
+    missing.stdout.fnmatch_lines(["*cassettes: 1 missing (replay found no file);*",
                                   "*1 test(s) asked for a cassette that does not exist*--laya-record=missing*"])
     pytester.makepyfile(test_it=TEST_DECIDE + "    assert False\n")
     failed = _record(pytester, server, "--laya-record")
     failed.assert_outcomes(failed=1)
-    failed.stdout.fnmatch_lines(["cassettes: 1 discarded (test failed; nothing saved)",
+    failed.stdout.fnmatch_lines(["*cassettes: 1 discarded (test failed; nothing saved);*",
                                  "*had no cassette yet: nothing was saved*"])
     assert not (pytester.path / "cassettes").exists() or not list((pytester.path / "cassettes").rglob("*.yaml"))
 
@@ -106,13 +106,13 @@ def laya_reference_server(request):
         yield ServerHandle(url=fake.url, kind="reference", spec="target")
 """)
     pytester.makepyfile(test_it="import pytest\n\npytestmark = pytest.mark.laya(server='reference')\n" + TEST_DECIDE)
-    recorded = run(pytester, "--laya-record")
+    recorded = run(pytester, "--laya-record", "-v")
     recorded.assert_outcomes(passed=1)
     recorded.stdout.fnmatch_lines(["mode: record; servers: reference http://127.0.0.1:* (target spec)",
                                    "cassettes: 1 recorded"])
     meta = cassette_data(pytester.path / "cassettes/test_it/test_refund.yaml")["metadata"]["pytest_laya"]
     assert meta["server"] == "reference" and meta["spec"] == "target"
-    replayed = run(pytester)
+    replayed = run(pytester, "-v")
     replayed.assert_outcomes(passed=1)
     replayed.stdout.fnmatch_lines(["mode: replay; servers: replay of reference (target spec)", "cassettes: 1 played"])
 

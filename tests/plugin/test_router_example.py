@@ -1,5 +1,6 @@
 """examples/router: the five router tests written with one `laya_server` handle pass offline, with
-no real wait, beside the same five written with respx in the same run."""
+no real wait, beside the same five written with respx in the same run, with the network blocked
+or not."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def router(pytester):
     return pytester
 
 
-def test_the_router_example_passes_beside_its_respx_twin(router):
-    result = run(router, "-p", "no:randomly")
+@pytest.mark.parametrize("blocked", [[], ["--laya-block-network"]], ids=["open", "blocked"])
+def test_the_router_example_passes_beside_its_respx_twin(router, blocked):
+    result = run(router, *blocked)
     result.assert_outcomes(passed=10)

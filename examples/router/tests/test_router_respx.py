@@ -42,7 +42,8 @@ def test_what_was_sent(laya):
 
 
 def test_server_errors(laya):
-    laya.side_effect = [httpx.Response(503, headers={"Retry-After": "1"}), httpx.ReadTimeout("timed out")]
+    laya.side_effect = [httpx.Response(503, headers={"Retry-After": "1"}, json={"detail": "overloaded"}),
+                        httpx.ReadTimeout("timed out")]
     slept = []
     result = Router(sleep=slept.append).route(TICKET)
     assert result == {"queue": "triage", "escalate": True, "reason": "ReadTimeout"}

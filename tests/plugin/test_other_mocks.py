@@ -1,0 +1,101 @@
+"""pytest-laya beside respx, pytest-httpx and httpx.MockTransport: requests they answer are never
+blocked under --laya-block-network, the decision answers they give are held to the spec, and
+`pytest_laya.answer`, `respx_side_effect` and `httpx_callback` give them complete, valid answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.pytester_runs import run
+
+pytest_plugins = ["pytester"]
+
+pytest.importorskip("respx")
+pytest.importorskip("pytest_httpx")
+
+QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}},
+             "urgent": {"type": "noul", "instructions": "Urgent?"}}
+
+MOCKED = f"""
+import httpx
+import pytest
+
+from pytest_laya import SpecViolationError, httpx_callback, respx_side_effect
+
+QUESTIONS = {QUESTIONS!r}
+URL = "http://laya.test/v1/systemone"
+BROKEN = {{"model": "tiny", "answers": {{"urgent": {{"type": "noul", "noul": 1.5, "confidence": 0.9}}}},
+          "usage": {{"input_tokens": 1, "output_tokens": 0, "state_tokens": 1, "truncated": False}}}}
+
+
+def ask():
+    return httpx.post(URL, json={{"state": "I was charged twice.", "questions": QUESTIONS}})
+
+
+def test_respx_valid(respx_mock):
+    respx_mock.post(URL).mock(side_effect=respx_side_effect(team="billing", urgent=0.95))
+    body = ask().json()
+    assert body["answers"]["team"]["choice"] == "billing" and body["answers"]["urgent"]["noul"] == 0.95
+
+
+def test_respx_broken(respx_mock):
+    respx_mock.post(URL).respond(json=BROKEN)
+    ask()
+
+
+def test_httpx_mock_valid(httpx_mock):
+    httpx_mock.add_callback(httpx_callback(team="tech"), url=URL)
+    response = ask()
+    assert response.json()["answers"]["team"]["choice"] == "tech" and response.headers["x-request-id"]
+
+
+def test_httpx_mock_broken(httpx_mock):
+    httpx_mock.add_response(url=URL, json=BROKEN)
+    ask()
+
+
+def test_other_hosts_mocked(respx_mock, httpx_mock):
+    pass
+
+
+def test_respx_other_host(respx_mock):
+    respx_mock.get("http://api.example.com/x").respond(204)
+    assert httpx.get("http://api.example.com/x").status_code == 204
+
+
+def test_pytest_httpx_other_host(httpx_mock):
+    httpx_mock.add_response(url="http://api.example.com/x", status_code=204)
+    assert httpx.get("http://api.example.com/x").status_code == 204
+
+
+def test_mock_transport():
+    with httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(204))) as client:
+        assert client.get("http://api.example.com/x").status_code == 204
+"""
+
+
+@pytest.mark.parametrize("blocked", [[], ["--laya-block-network"]], ids=["open", "blocked"])
+def test_other_mocks_are_never_blocked_and_their_laya_answers_are_checked(pytester, blocked):
+    pytester.makepyfile(test_it=MOCKED)
+    result = run(pytester, *blocked, "-rf")
+    result.assert_outcomes(passed=6, failed=2)
+    out = result.stdout.str()
+    assert out.count("SpecViolationError: POST /v1/systemone -> 200 breaks the current spec") == 2, out
+    assert out.count("/body/answers/urgent/noul: expected <= 1, got 1.5") == 2
+    result.stdout.fnmatch_lines(["FAILED test_it.py::test_respx_broken - *", "FAILED test_it.py::test_httpx_mock_broken - *"])
+
+
+def test_answer_gives_a_complete_valid_body():
+    from pytest_laya import Spec, answer
+    from pytest_laya.fake.pins import PinError as FakePinError
+
+    body = answer(QUESTIONS, team="billing", urgent=0.95)
+    assert body["answers"]["team"]["choice"] == "billing" and body["answers"]["urgent"]["noul"] == 0.95
+    assert sum(body["answers"]["team"]["probabilities"].values()) == pytest.approx(1)
+    assert body["usage"]["input_tokens"] > 0 and "confidence" in body["answers"]["team"]
+    import json
+
+    assert Spec.current().violations("POST", "/v1/systemone", 200, {"content-type": "application/json"},
+                                     json.dumps(body).encode()) == []
+    with pytest.raises(FakePinError, match="'nope' is not among its options"):
+        answer(QUESTIONS, team="nope")
