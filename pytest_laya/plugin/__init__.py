@@ -19,7 +19,7 @@ import pytest
 
 from pytest_laya.plugin import options, summary
 from pytest_laya.plugin.cassette_fixture import broken_cassette, cassette_file, cassette_location, find_shared_cassettes
-from pytest_laya.plugin.handle import LayaServer
+from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
     OPEN_ROUTES,
@@ -302,7 +302,8 @@ def laya_fake_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Itera
     server = FakeLayaServer().start()
     try:
         pin_marker_answers(request, server.laya, laya_run)
-        with open_fake_route(request, laya_run, server.url):
+        with open_fake_route(request, laya_run, server.url) as route:
+            skip_scripted_faults(route, server)
             yield server
     finally:
         server.stop()

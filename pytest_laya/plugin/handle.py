@@ -16,15 +16,46 @@ import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.client import ServedLayaClient
+    from pytest_laya.fake import FakeLayaServer
     from pytest_laya.fake.pins import Pin, QuestionsMatcher, StateMatcher
     from pytest_laya.plugin.routes import TestRoute
     from pytest_laya.plugin.run import LayaRun
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.wire.calls import Calls
+    from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
     from pytest_laya.wire.identity import ServedIdentity
 
-__all__ = ["LayaServer"]
+__all__ = ["LayaServer", "in_memory_fake", "skip_scripted_faults"]
+
+
+def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
+    """`laya_fake_server`'s route checks its answers against the spec, but not one its fault
+    script sent (``garbage_body()``, ``status(503)``...): the test asked for it, so it is no violation."""
+    laya = route.laya
+    observer = laya.observer if laya is not None else None
+    if laya is None or observer is None:
+        return
+
+    def unless_scripted(exchange: Exchange) -> None:
+        sent = exchange.request_body
+        for call in reversed(fake.calls):
+            if call.content == sent:
+                if call.fault is not None:
+                    return
+                break
+        observer(exchange)
+
+    laya.observer = unless_scripted
+
+
+def in_memory_fake(request: pytest.FixtureRequest, route: TestRoute) -> Any:
+    """The session's fake as `route`'s answerer, in memory, with the faults this test scripts."""
+    from pytest_laya.fake.in_memory import FaultSteps, InMemoryFake
+
+    route.fake = request.getfixturevalue("_laya_session_fake")
+    route.steps = FaultSteps(route.fake.laya)
+    return InMemoryFake(route.fake.laya, route.steps)
 
 
 class LayaServer:

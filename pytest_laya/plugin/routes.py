@@ -33,6 +33,7 @@ from pytest_laya.plugin.cassette_fixture import (
     pytest_recording_clash,
 )
 from pytest_laya.plugin.freshness import check_freshness
+from pytest_laya.plugin.handle import in_memory_fake
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.mocked_answers import LISTED_VIOLATIONS, MockedAnswerCheck
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
@@ -321,13 +322,7 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
             run.tests.append(_test_record(run, route, "broken", None))
         raise
     check = _SpecCheck(run, route)
-    answerer = route.handle.cassette
-    if given is None and server.kind == "fake":  # the session's fake: answered in memory, faults scripted per test
-        from pytest_laya.fake.in_memory import FaultSteps, InMemoryFake
-
-        route.fake = request.getfixturevalue("_laya_session_fake")
-        route.steps = FaultSteps(route.fake.laya)
-        answerer = InMemoryFake(route.fake.laya, route.steps)
+    answerer = in_memory_fake(request, route) if given is None and server.kind == "fake" else route.handle.cassette
     route.laya = LayaRoute(answerer, kind="replay" if kind == "replay" else "record",
                            urls=_urls(run, server), observer=check, redact=route.handle.redact)
     route.handle.calls = route.laya.calls

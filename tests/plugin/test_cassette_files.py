@@ -31,7 +31,7 @@ def test_recording_replaces_a_broken_cassette_and_says_so(pytester, damage, reco
     with FakeLayaServer() as server:
         result = run(pytester, record, f"--laya-url={server.url}", f"--laya-report={report}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["cassettes: 1 recorded", "broken cassettes replaced by this recording:",
+    result.stdout.fnmatch_lines(["*cassettes: 1 recorded;*", "broken cassettes replaced by this recording:",
                                  f"  {CASSETTE}: *"])
     assert report_of(report)["notes"]["broken cassettes replaced by this recording"]
     assert not list(path.parent.glob(".*.tmp"))
@@ -59,7 +59,7 @@ def test_replaying_a_broken_cassette_is_one_message_that_says_what_to_do_and_is_
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["E * has no 'version' key: the file is truncated *To fix it, record the test again "
                                  "(--laya-record, or --laya-record=missing, replaces a broken file)*",
-                                 "cassettes: 1 broken (replay could not read the file)"])
+                                 "*cassettes: 1 broken (replay could not read the file);*"])
     assert "contextlib" not in out and "__enter__" not in out
     data = report_of(report)
     assert data["cassettes"]["broken"] == 1
@@ -104,7 +104,7 @@ def test_a_failed_save_names_the_file_and_what_to_do_and_is_counted(pytester):
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["E * could not write cassette *xxx.yaml: File name too long; the previous file is "
                                  "unchanged. Its name is too long *@pytest.mark.laya(cassette='short_name.yaml')*",
-                                 "cassettes: 1 not saved (the write failed)"])
+                                 "*cassettes: 1 not saved (the write failed);*"])
     assert "OSError" not in result.stdout.str()
     assert report_of(report)["cassettes"]["unsaved"] == 1
 

@@ -49,15 +49,11 @@ def test_own_clients_reach_the_fake_under_block_network_and_are_counted(pytester
     result.assert_outcomes(passed=3)
     rows = {row["spec"]: row for row in report_of(report)["conformance"] if row["server"] == "laya_fake_server"}
     assert set(rows) == {"current", "target"}
-    assert rows["target"]["exchanges"] == 3
-    assert rows["target"]["violations"] >= 1  # the scripted garbage, counted...
+    # The scripted garbage is the test's own fault: neither checked nor counted as a violation.
+    assert rows["target"]["exchanges"] == 2 and rows["target"]["violations"] == 0
     out = result.stdout.str()
     assert "laya_fake_server" in out and "servers: laya_fake_server (target spec)" in out
-    # ...and listed, failing no test: the test asked for it
-    assert "spec violations (listed, not failing):" in out
-    assert "test_it.py::test_a_scripted_garbage_body_reaches_the_service: laya_fake_server (target spec): " \
-           "POST /v1/systemone -> 200" in out
-    assert "test_httpx: laya_fake_server" not in out
+    assert "spec violations" not in out
 
 
 def test_the_fake_beside_a_replayed_server_keeps_both_routes(pytester):

@@ -73,7 +73,7 @@ def test_an_unchanged_server_verifies(pytester, fake):
     served = len(fake.requests)
     result = verify(pytester, fake)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["mode: verify*", "cassettes: 1 verified against the live server (below)",
+    result.stdout.fnmatch_lines(["mode: verify; cassettes: 1 verified against the live server (below);*",
                                  "verify: 1 cassette, 1 of 1 interactions match, 0 cassettes drifted*"])
     assert "none used" not in result.stdout.str()
     assert len(fake.requests) > served  # verify asked the live server again
@@ -314,5 +314,5 @@ def test_the_cassette_count_of_a_verify_run_on_workers_is_every_cassette_checked
                                            "-n", "2", "--laya-mode=verify", f"--laya-url={fake.url}",
                                            f"--laya-api-key={CANARY}")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["cassettes: 2 verified against the live server (below)",
+    result.stdout.fnmatch_lines(["*cassettes: 2 verified against the live server (below);*",
                                  "verify: 2 cassettes, 2 of 2 interactions match, 0 cassettes drifted*"])

@@ -93,7 +93,7 @@ def test_node_records_against_the_reference_server_and_replays_with_it_stopped(n
     assert interaction["request"]["uri"] == "http://laya.invalid/v1/systemone"
     assert data["metadata"]["pytest_laya"]["identity"]  # the reference server's weights, as in process
 
-    replayed = run(node_project, "-s")  # the reference server is gone: the cassette answers
+    replayed = run(node_project, "-s", "-v")  # the reference server is gone: the cassette answers
     replayed.assert_outcomes(passed=1)
     assert answer_printed(replayed)["body"] == answer_printed(recorded)["body"]
     replayed.stdout.fnmatch_lines(["mode: replay*", "cassettes: 1 played",
