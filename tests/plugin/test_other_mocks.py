@@ -1,6 +1,7 @@
 """pytest-laya beside respx, pytest-httpx and httpx.MockTransport: requests they answer are never
 blocked under --laya-block-network, the decision answers they give are held to the spec, and
-`pytest_laya.answer`, `respx_side_effect` and `httpx_callback` give them complete, valid answers."""
+`pytest_laya.answer`, `respx_side_effect` and `httpx_callback` give them complete, valid answers
+(docs/plugin.md's example of the three, in MOCKED and the last test)."""
 
 from __future__ import annotations
 
