@@ -34,6 +34,7 @@ from pytest_laya.plugin.routes import (
 )
 from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
+from pytest_laya.plugin.store import fetch_missing
 from pytest_laya.plugin.tracebacks import hide_library_frames
 from pytest_laya.plugin.unused import note_dropped_items
 
@@ -177,6 +178,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         run.collected = max(run.collected, len(session.items))
         note_dropped_items(run, session.items)
         find_shared_cassettes(session.config, session.items, run)
+        fetch_missing(session.config, session.items, run)
 
 
 class _Progress:

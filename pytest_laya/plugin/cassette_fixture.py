@@ -21,7 +21,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, conf
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["broken_cassette", "cassette_file",
+__all__ = ["broken_cassette", "cassette_file", "uses_a_cassette",
            "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
@@ -82,7 +82,7 @@ def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:
                     f"(or pytest-recording's with @pytest.mark.default_cassette(...)).", pytrace=False)
 
 
-def _uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
+def uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
     """Whether the test will read or write a cassette file (the route `_choose` would give it)."""
     if "laya_server" not in getattr(item, "fixturenames", ()) or run.mode in ("live", "fake"):
         return False
@@ -95,7 +95,7 @@ def find_shared_cassettes(config: pytest.Config, items: list[pytest.Item], run: 
     users: dict[str, list[pytest.Item]] = {}
     files: dict[str, set[Path]] = {}
     for item in items:
-        if not _uses_a_cassette(item, run):
+        if not uses_a_cassette(item, run):
             continue
         try:
             path = cassette_file(*cassette_location(item, run))

@@ -37,7 +37,7 @@ from pytest_laya.plugin.handle import in_memory_fake
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
 from pytest_laya.plugin.mocked_answers import LISTED_VIOLATIONS, MockedAnswerCheck
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
-from pytest_laya.plugin.store import fetch_missing, store_recorded
+from pytest_laya.plugin.store import fail_unfetched, store_recorded
 from pytest_laya.plugin.verify_mode import changed_answers, shown_path, verify_route
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,8 +144,8 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
     if run.mode in ("live", "fake"):
         return given or _live_handle(request, run, wanted), "capture", None
     path = cassette_file(*cassette_location(request.node, run))
-    if run.store is not None and (run.mode in ("replay", "verify") or run.record_mode == "missing"):
-        fetch_missing(request, run, path)
+    if run.store is not None:
+        fail_unfetched(request, path)
     mode = run.mode
     if mode == "record" and run.record_mode == "missing" and broken_cassette(path) is None and path.is_file():
         mode = "replay"  # --laya-record=missing: what has a (readable) cassette replays

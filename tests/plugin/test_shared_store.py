@@ -133,3 +133,15 @@ def test_usage_errors_and_shown_urls(pytester):
     result.stderr.fnmatch_lines(["*--laya-store-write * give it with --laya-store URL*"])
     assert run(pytester, "--laya-store=bucket/dir").ret == pytest.ExitCode.USAGE_ERROR
     assert shown_url("s3://user:pa55word@bucket/dir?token=abc") == "s3://bucket/dir"
+
+
+def test_the_store_is_read_before_any_test_so_a_blocked_network_does_not_stop_it(pytester, s3):
+    pytest.importorskip("pytest_recording")
+    _record(pytester)
+    pytester.chdir()
+    assert main(["store", "push", ".", s3]) == 0
+    shutil.rmtree(pytester.path / "cassettes")
+    # pytest-recording's --block-network refuses every socket a test (or its fixtures) opens.
+    result = run(pytester, f"--laya-store={s3}", "--block-network", "--laya-block-network")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["cassettes: 2 played, 2 fetched from the store"])
