@@ -203,3 +203,49 @@ def test_the_errors_are_importable_from_pytest_laya():
                      "SpecViolationError": "pytest_laya.specs.SpecViolationError",
                      "LayaCallError": "pytest_laya.wire.errors.LayaCallError",
                      "LayaConfigError": "pytest_laya.wire.errors.LayaConfigError"}
+
+
+def test_a_call_from_another_process_takes_the_same_scripted_steps_over_the_socket(pytester):
+    pytester.makepyfile(test_it=SERVICE + """
+import subprocess
+import sys
+
+CLIENT = (
+    "import json, sys, urllib.error, urllib.request\\n"
+    "body = json.dumps({'state': 's', 'questions': {'q': {'type': 'noul', 'instructions': 'Yes?'}}}).encode()\\n"
+    "request = urllib.request.Request(sys.argv[1] + '/v1/systemone', data=body, method='POST',\\n"
+    "                                 headers={'Content-Type': 'application/json'})\\n"
+    "try:\\n"
+    "    print(urllib.request.urlopen(request, timeout=60).status)\\n"
+    "except urllib.error.HTTPError as error:\\n"
+    "    print(error.code, error.headers['Retry-After'])\\n"
+)
+
+
+def test_other_process(laya_server):
+    laya_server.fail(503, retry_after=3)
+    ask = [sys.executable, "-c", CLIENT, laya_server.url]
+    assert subprocess.run(ask, capture_output=True, text=True, check=True).stdout.split() == ["503", "3"]
+    assert subprocess.run(ask, capture_output=True, text=True, check=True).stdout.split() == ["200"]
+""")
+    run(pytester, "--laya-mode=fake").assert_outcomes(passed=1)
+
+
+def test_the_marker_lets_one_test_reach_the_network_under_the_run_wide_block(pytester):
+    pytester.makepyfile(test_it=SERVICE + """
+from pytest_laya import NetworkBlocked
+from pytest_laya.fake import FakeLayaServer
+
+
+@pytest.mark.laya(block_network=False)
+def test_open():
+    with FakeLayaServer() as other:  # a host that is not the test's Laya server
+        assert httpx.get(other.url + "/health").status_code == 200
+
+
+@pytest.mark.laya(caught_errors="ignore")
+def test_blocked():
+    with FakeLayaServer() as other, pytest.raises(NetworkBlocked):
+        httpx.get(other.url + "/health")
+""")
+    run(pytester, "--laya-block-network").assert_outcomes(passed=2)
