@@ -77,10 +77,13 @@ class Conformance:
     def check(self, exchange: Exchange, *, server: str, claimed: str) -> Violations:
         """Record `exchange` against both specs; return the violations of the `claimed` one."""
         claimed_violations = Violations()
-        operation = f"{exchange.method} {exchange.path.split('?')[0]}"
+        path = exchange.path.split("?")[0]
         for name, load in SPECS.items():
-            violations, documented = load().judge(exchange.method, exchange.path, exchange.status, exchange.headers,
-                                                  exchange.body)
+            spec = load()
+            # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
+            operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
+            violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, exchange.headers,
+                                                  exchange.body, request_body=exchange.request_body)
             self._tallies[(server, name)].add(operation, documented, violations)
             if name == claimed:
                 claimed_violations = violations

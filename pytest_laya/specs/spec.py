@@ -103,7 +103,8 @@ class Violation:
 
     `where` is a JSON pointer into the exchange seen as a document: ``/status``, ``/method``,
     ``/path``, ``/headers/<lower-case name>`` or ``/body/...``. `rule` is a pointer into the
-    spec to the definition that was broken.
+    spec to the definition that was broken (``#/paths/...``), or the name of the answer rule
+    (`pytest_laya.wire.answer_rules`, e.g. ``probabilities-sum``) when the request was given.
     """
 
     where: str
@@ -112,6 +113,8 @@ class Violation:
     rule: str = ""
 
     def __str__(self) -> str:
+        if self.rule and not self.rule.startswith("#"):  # an answer rule, named
+            return f"{self.where}: rule {self.rule}: expected {self.expected}, got {self.actual}"
         return f"{self.where}: expected {self.expected}, got {self.actual}"
 
 
@@ -365,13 +368,17 @@ class Spec:
         status: int,
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
         body: bytes | str | Any,
+        *,
+        request_body: bytes | str | Any = None,
     ) -> Violations:
         """Every way this response breaks the spec; empty when it conforms.
 
-        `body` may be the raw bytes, decoded text, or already-parsed JSON. At most `LISTED`
-        violations are listed; `Violations.unlisted` counts the rest (`summary()` says so).
+        `body` may be the raw bytes, decoded text, or already-parsed JSON. Given the request's
+        body (`request_body`), a decision's answers are held to the answer rules too
+        (`specs/answer_check.py`). At most `LISTED` violations are listed;
+        `Violations.unlisted` counts the rest (`summary()` says so).
         """
-        return self.judge(method, path, status, headers, body)[0]
+        return self.judge(method, path, status, headers, body, request_body=request_body)[0]
 
     def judge(
         self,
@@ -380,25 +387,67 @@ class Spec:
         status: int,
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
         body: bytes | str | Any,
+        *,
+        request_body: bytes | str | Any = None,
     ) -> tuple[Violations, list[str]]:
         """(`violations(...)`, `documented_headers(...)`) of one response, from one lookup."""
         problems = Violations()
         op, found = self._locate(method, path)
         if op is None:
-            problems.add(found)
-            return problems, []
-        documented_response = self._response(op, status)
-        if documented_response is None:
-            documented = sorted(str(k) for k in op.definition.get("responses", {}))
-            problems.append(Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
-                                      rule=f"#{op.pointer}/responses"))
-            return problems, []
-        response, pointer = documented_response
+            # A 404 to a path the spec lacks, a 405 to a method its path does not take: held to
+            # the spec's own answer for them (`x-unrouted`), else the route is the violation.
+            unrouted = self._unrouted(status, path_known=found[0].where == "/method")
+            if unrouted is None:
+                problems.add(found)
+                return problems, []
+            response, pointer = unrouted
+        else:
+            documented_response = self._response(op, status)
+            if documented_response is None:
+                documented = sorted(str(k) for k in op.definition.get("responses", {}))
+                problems.append(Violation("/status", f"one of {documented} for {method.upper()} {op.path}", str(status),
+                                          rule=f"#{op.pointer}/responses"))
+                return problems, []
+            response, pointer = documented_response
         lowered = _lower_headers(headers)
         problems.add(self._header_violations(response, pointer, lowered))
-        problems.add(self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
-                                              where="/body", kind="response"))
+        parsed: list[Any] = []
+        content = self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
+                                           where="/body", kind="response", parsed=parsed)
+        problems.add(content)
+        if request_body is not None and parsed and op is not None:
+            problems.add(self._rule_violations(op, status, parsed[0], request_body, content))
         return problems, [lower for _name, lower, *_ in self._header_plan(response, pointer)]
+
+    def describes(self, method: str, path: str, status: int) -> bool:
+        """Whether the spec says what this response should be: its operation's, or (a 404 to an
+        unknown path, a 405 to another method of a known one) its `x-unrouted` answer."""
+        op, found = self._locate(method, path)
+        return op is not None or self._unrouted(status, path_known=found[0].where == "/method") is not None
+
+    def _unrouted(self, status: int, *, path_known: bool) -> tuple[Mapping[str, Any], str] | None:
+        """The `x-unrouted` response for `status` (404 for an unknown path, 405 for another method
+        of a known one), with its pointer; None when the spec documents none."""
+        if status != (405 if path_known else 404):
+            return None
+        unrouted = self.document.get("x-unrouted")
+        responses = unrouted.get("responses") if isinstance(unrouted, Mapping) else None
+        if not isinstance(responses, Mapping) or str(status) not in responses:
+            return None
+        return self._deref(responses[str(status)], f"/x-unrouted/responses/{status}")
+
+    def _rule_violations(self, op: Operation, status: int, body: Any, request_body: Any,
+                         schema_faults: list[Violation]) -> Violations:
+        from pytest_laya.specs.answer_check import answer_violations
+
+        found = Violations()
+        for where, expected, actual, rule in answer_violations(op.path, status, body, request_body,
+                                                               [v.where for v in schema_faults]):
+            if len(found) < LISTED:
+                found.append(Violation(_short_pointer(where), _bounded(expected), _bounded(actual), rule=rule))
+            else:
+                found.unlisted += 1
+        return found
 
     def request_violations(self, method: str, path: str, body: bytes | str | Any,
                            headers: Mapping[str, str] | None = None) -> list[Violation]:
@@ -427,8 +476,11 @@ class Spec:
 
     def documented_headers(self, method: str, path: str, status: int) -> list[str]:
         """Lower-case names of the headers the spec documents for this response (none if undocumented)."""
-        op = self.operation(method, path)
-        documented_response = self._response(op, status) if op else None
+        op, found = self._locate(method, path)
+        if op is None:
+            documented_response = self._unrouted(status, path_known=found[0].where == "/method")
+        else:
+            documented_response = self._response(op, status)
         if documented_response is None:
             return []
         return [lower for _name, lower, *_ in self._header_plan(*documented_response)]
@@ -558,6 +610,7 @@ class Spec:
         where: str,
         kind: str,
         default_media: bool = False,
+        parsed: list[Any] | None = None,
     ) -> list[Violation]:
         empty = body is None or (isinstance(body, (bytes, bytearray, str)) and len(body) == 0)
         if not content:
@@ -604,6 +657,8 @@ class Spec:
                                       rule="#" + media_pointer)]
                 if type(body) is bytes:
                     _remember_parsed(body, instance)
+        if parsed is not None:
+            parsed.append(instance)
         if "schema" not in definition:
             return []
         return self._schema_violations(f"{media_pointer}/schema", instance, where)

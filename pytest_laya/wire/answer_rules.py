@@ -40,6 +40,7 @@ __all__ = [
     "RuleBreak",
     "answers_breaks",
     "answer_breaks",
+    "asked_breaks",
     "choice_breaks",
     "distribution_breaks",
     "expectation_break",
@@ -263,6 +264,14 @@ def answers_breaks(raw_answers: Any, asked: Mapping[str, AskedQuestion]) -> Iter
         yield RuleBreak((), "answer-shape", "an object", type(raw_answers).__name__,
                         f"'answers' must be an object, got {type(raw_answers).__name__}")
         return
+    yield from asked_breaks(raw_answers, asked)
+    for qid, question in asked.items():
+        if qid in raw_answers:
+            yield from answer_breaks(question, raw_answers[qid])
+
+
+def asked_breaks(raw_answers: Mapping[str, Any], asked: Mapping[str, AskedQuestion]) -> Iterator[RuleBreak]:
+    """``answers-asked``: a missing answer, or answers to questions nobody asked."""
     missing = [qid for qid in asked if qid not in raw_answers]
     if missing:
         yield RuleBreak((), "answers-asked", f"answers for {shown(list(asked))}", f"none for {shown(missing)}",
@@ -271,6 +280,3 @@ def answers_breaks(raw_answers: Any, asked: Mapping[str, AskedQuestion]) -> Iter
     if extra:
         yield RuleBreak((), "answers-asked", f"answers for {shown(list(asked))} only", f"answers for {shown(extra)}",
                         f"answers for questions nobody asked: {shown(extra)}")
-    for qid, question in asked.items():
-        if qid in raw_answers:
-            yield from answer_breaks(question, raw_answers[qid])

@@ -318,3 +318,42 @@ def test_a_spec_file_is_named_after_its_file_and_read_as_utf8(tmp_path):
         Spec.from_path(path)
     with pytest.raises(SpecError, match=r"cannot read spec .*: Is a directory$"):
         Spec.from_path(tmp_path)
+
+
+# -- 404 and 405 to routes the spec lacks: held to the spec's `x-unrouted` answers (issue 31) ------
+
+PROBLEM = {"content-type": "application/problem+json", "x-request-id": "r1"}
+
+
+@pytest.mark.parametrize(("method", "path", "status", "headers", "body"), [
+    ("GET", "/metrics", 404, JSON, b'{"detail": "Not Found"}'),
+    ("GET", "/v1/systemone", 405, {**JSON, "allow": "POST"}, b'{"detail": "Method Not Allowed"}'),
+])
+def test_a_404_or_405_to_a_route_the_current_spec_lacks_is_held_to_fastapis_detail(method, path, status, headers, body):
+    spec = Spec.current()
+    assert spec.describes(method, path, status)
+    assert spec.violations(method, path, status, headers, body) == []
+    assert [x.where for x in spec.violations(method, path, status, headers, b'{"error": "no"}')] == ["/body/detail"]
+    assert [x.where for x in spec.violations(method, path, status, {"content-type": "text/html"}, b"<h1>no</h1>")] == [
+        "/headers/content-type"]
+
+
+def test_the_target_spec_asks_a_problem_with_its_code_and_allow_on_a_405():
+    spec = Spec.target()
+    found = spec.violations("GET", "/nope", 404, PROBLEM, json.dumps(
+        {"type": "/problems/not_found", "title": "Not found", "status": 404, "code": "not_found"}).encode())
+    assert found == []
+    wrong = json.dumps({"type": "/problems/x", "title": "X", "status": 405, "code": "not_found"}).encode()
+    assert sorted(x.where for x in spec.violations("GET", "/v1/systemone", 405, PROBLEM, wrong)) == [
+        "/body/code", "/headers/allow"]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "where"), [
+    ("GET", "/metrics", 405, "/path"),          # an unknown path answers 404, not 405
+    ("GET", "/metrics", 200, "/path"),
+    ("DELETE", "/v1/systemone", 404, "/method"),  # a known path's other method answers 405
+])
+def test_any_other_answer_to_a_route_the_spec_lacks_is_still_a_route_violation(method, path, status, where):
+    spec = Spec.current()
+    assert not spec.describes(method, path, status)
+    assert [x.where for x in spec.violations(method, path, status, JSON, b'{"detail": "x"}')] == [where]
