@@ -40,7 +40,7 @@ from pytest_laya.wire.requests import check_media_type, parse_json_object, reque
 from .batching import MicroBatcher, Timed
 from .engine import ANSWER_TOLERANCE, DecisionRequest, Engine, ModelIdentity
 from .heap import release_free_heap
-from .jev_strict import jev_strict_payload
+from .jev_strict import jev_strict_payload, refuse_unhonoured
 from .settings import ServerSettings
 from .validation import decision_requests
 
@@ -282,6 +282,8 @@ class _Server:
         """The body, the model and the requests it asks for, or the Problem that refuses it."""
         body = parse_json_object(raw)
         model, requests = decision_requests(body, self.settings.limits, list(self.engine.models), batch=batch)
+        if self.settings.jev_strict:
+            refuse_unhonoured(requests)
         return body, model or self.engine.default_model, requests
 
     async def parse_decision_off_loop(self, raw: bytes, *, batch: bool) -> tuple[dict[str, Any], str, list[DecisionRequest]]:

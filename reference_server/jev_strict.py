@@ -8,14 +8,28 @@ Jev's `/v1/systemone` answer carries its type's fields only: choice = `type`, `c
 drops them, as laya-serve 0.4.15's ``LAYA_JEV_STRICT`` does, and adds `latency_ms`, which such
 clients require. `served_by` and `model` stay: the target spec asks for them on every 200.
 Nothing is recomputed.
+
+What Jev's shape has no member for cannot be honoured in it: `min_confidence` asks laya to gate
+answers and say so (`low_confidence`, `abstention`), so a strict server refuses a request that
+sets it (422 ``invalid_request``, `refuse_unhonoured`) rather than answer as if it were not set:
+a control is honoured or refused, never silently dropped (`pytest_laya.wire.controls`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ANSWER_FIELDS", "jev_strict_payload", "strict_answers", "strict_usage"]
+from pytest_laya.wire.problems import Problem
+
+__all__ = ["ANSWER_FIELDS", "jev_strict_payload", "refuse_unhonoured", "strict_answers", "strict_usage"]
+
+#: Why a strict server refuses `min_confidence`, as its problem says.
+MIN_CONFIDENCE_REFUSED = (
+    "min_confidence cannot be honoured: this server answers in Jev's strict shape (--jev-strict, "
+    "LAYA_JEV_STRICT=1), which has no member to say an answer fell below the threshold (laya's "
+    "low_confidence and abstention), so the gate would be dropped silently; drop min_confidence, "
+    "or ask a server that is not in strict mode")
 
 #: The fields of each answer type in Jev's wire contract.
 ANSWER_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -48,3 +62,10 @@ def jev_strict_payload(payload: Mapping[str, Any], *, batch: bool, latency_ms: f
         shaped = {"model": payload["model"], "answers": strict_answers(payload["answers"]),
                   "usage": strict_usage(payload["usage"])}
     return {**shaped, "served_by": payload["served_by"], "latency_ms": round(latency_ms)}
+
+
+def refuse_unhonoured(requests: Sequence[Any]) -> None:
+    """Raise the 422 ``invalid_request`` for a control strict mode cannot honour (`min_confidence`)."""
+    if any(getattr(r, "min_confidence", None) is not None for r in requests):
+        raise Problem("invalid_request", MIN_CONFIDENCE_REFUSED,
+                      errors=[{"pointer": "/min_confidence", "detail": MIN_CONFIDENCE_REFUSED}])

@@ -74,13 +74,31 @@ def strict():
         yield thread.url
 
 
-@pytest.mark.parametrize("body", REQUESTS, ids=["plain", "min_confidence", "long_state"])
+@pytest.mark.parametrize("body", [REQUESTS[0], REQUESTS[2]], ids=["plain", "long_state"])
 def test_every_strict_answer_is_what_a_strict_jev_client_accepts(strict, body):
     response = httpx.post(strict + "/v1/systemone", json=body, timeout=60)
     assert response.status_code == 200
     jsonschema.validate(response.json(), JEV_RESPONSE)
     assert isinstance(response.json()["latency_ms"], int)
     meets_both_specs(response, "/v1/systemone")
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/systemone", REQUESTS[1]),
+    ("/v1/systemone", {**REQUESTS[0], "min_confidence": {"default": 0.4}}),
+    ("/v1/systemone/batch", {"states": [STATE], "questions": QUESTIONS, "min_confidence": 0.5}),
+], ids=["threshold", "map", "batch"])
+def test_strict_mode_refuses_min_confidence_saying_why(strict, path, body):
+    # Jev's shape has no member for the gate's verdict (low_confidence, abstention): answering 200
+    # would drop the control silently (issue 31), and a control is honoured or refused.
+    response = httpx.post(strict + path, json=body, timeout=60)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["code"] == "invalid_request"
+    assert "min_confidence cannot be honoured" in problem["detail"] and "--jev-strict" in problem["detail"]
+    assert [e["pointer"] for e in problem["errors"]] == ["/min_confidence"]
+    assert Spec.target().violations("POST", path, 422, response.headers, response.content) == []
 
 
 def test_strict_batch_results_are_shaped_the_same(strict):
