@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
 
-__all__ = ["LOCAL_PATH", "decision_part", "is_name", "normalise_volatile"]
+__all__ = ["LOCAL_PATH", "decision_part", "is_name", "may_be_volatile", "normalise_volatile", "volatile_value"]
 
 
 #: What replaces the directories of a recording machine's absolute path (the last part is kept).
@@ -56,7 +56,7 @@ def is_name(path: JsonPath) -> bool:
     return n == 3 and part[0] == "errors" and part[2] == "question"
 
 
-def _volatile(path: JsonPath, value: Any) -> Any:
+def volatile_value(path: JsonPath, value: Any) -> Any:
     """The stored value for the volatile value at `path`, or `KEEP` (see `normalise_volatile`)."""
     part = decision_part(path)
     if type(value) in (int, float):
@@ -79,14 +79,19 @@ def normalise_volatile(body: bytes) -> bytes:
     or in a `/health` document's `models/<name>`. A question id or option name is never touched,
     whatever it is called. A body that is not JSON is kept as it is.
     """
-    if not body or not any(marker in body for marker in _VOLATILE_MARKERS):
+    if not may_be_volatile(body):
         return body
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return body
-    spliced = splice(text, _volatile)
+    spliced = splice(text, volatile_value)
     return body if spliced is None or spliced is text else spliced.encode("utf-8")
+
+
+def may_be_volatile(body: bytes) -> bool:
+    """Whether `body` may hold a volatile place (a quick look at its bytes, before parsing it)."""
+    return bool(body) and any(marker in body for marker in _VOLATILE_MARKERS)
 
 
 def _local(path: str) -> str:

@@ -14,7 +14,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, url
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
 from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
-from pytest_laya.cassettes.places import decision_part, is_name, normalise_volatile
+from pytest_laya.cassettes.places import decision_part, is_name, may_be_volatile, volatile_value
 from pytest_laya.client.secret import revealed
 from pytest_laya.wire.headers import parse_traceparent
 from pytest_laya.wire.pointer import escape as escape_pointer
@@ -141,26 +141,37 @@ class Scrubber:
         scrubbed = self.text(value)
         return KEEP if scrubbed == value else scrubbed
 
-    def data(self, value: bytes) -> bytes:
-        """A body with its secrets replaced. In a JSON body, only string values are looked at
+    def data(self, value: bytes, *, volatile: bool = False) -> bytes:
+        """A body with its secrets replaced (and, with `volatile`, its volatile places normalised:
+        `normalise_volatile`, in the same pass). In a JSON body, only string values are looked at
         (never a member name, a question id or an option name: `is_name`), each as `text` does,
         and every other byte is kept; escapes hide nothing, as the values are compared decoded.
         Any other text is scrubbed as `text` does; other bytes lose the long secrets' spellings."""
-        if not self._secrets or not value:
+        if not value:
             return value
-        whole, inner = self._forms()
-        if b"\\u" not in value and not any(form.encode("utf-8") in value for form in whole):
+        volatile = volatile and may_be_volatile(value)
+        secrets = bool(self._secrets)
+        if secrets:
+            whole, inner = self._forms()
+            secrets = b"\\u" in value or any(form.encode("utf-8") in value for form in whole)
+        if not secrets and not volatile:
             return value
         try:
             text = value.decode("utf-8")
         except UnicodeDecodeError:
-            for form in inner:
+            for form in inner if secrets else ():
                 value = value.replace(form.encode("utf-8"), REDACTED.encode("utf-8"))
             return value
-        spliced = splice(text, self._json_secret)
+        rule = self._json_secret if not volatile else volatile_value if not secrets else self._json_both
+        spliced = splice(text, rule)
         if spliced is None:
-            spliced = self.text(text)
+            spliced = self.text(text) if secrets else text
         return value if spliced == text else spliced.encode("utf-8")
+
+    def _json_both(self, path: JsonPath, value: Any) -> Any:
+        normalised = volatile_value(path, value)
+        scrubbed = self._json_secret(path, value if normalised is KEEP else normalised)
+        return normalised if scrubbed is KEEP else scrubbed
 
     def target(self, path: str, query: str, request: Any = None) -> tuple[str, str]:
         """The path and query of a URL: filtered parameters dropped or replaced, and secrets
@@ -324,7 +335,7 @@ class Scrubber:
         body = response.get("body") or {}
         raw = body.get("string")
         if raw is not None:
-            raw = self.data(normalise_volatile(body_bytes(raw)))
+            raw = self.data(body_bytes(raw), volatile=True)
             body["string"] = raw
             response["body"] = body
         status = response.get("status")
