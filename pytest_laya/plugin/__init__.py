@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_laya.plugin import options, summary
+from pytest_laya.plugin import interrupts, options, summary
 from pytest_laya.plugin.cassette_fixture import broken_cassette, cassette_file, cassette_location, find_shared_cassettes
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run = config.stash[_STATE] = options.resolve(config)
     config.stash[_SIZE_LIMIT_BEFORE] = _set_size_limit(run.max_cassette_bytes)
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
+    interrupts.watch(run, config)  # SIGTERM stops the run as Ctrl-C does; xdist results survive an interrupt
     config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
     if not config.pluginmanager.has_plugin("recording"):
         config.pluginmanager.register(_empty_vcr_config(), f"laya-vcr-config-{id(config)}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_laya.plugin.interrupts import WATCH
 from pytest_laya.plugin.run import CASSETTE_COUNTS, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.unused import cassette_directories, find_unused, prune, selection_problems
 
@@ -56,6 +57,9 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
         config.workeroutput[WORKEROUTPUT_KEY] = run.export()  # type: ignore[attr-defined]
         return
+    watcher = config.stash.get(WATCH, None)
+    if watcher is not None:
+        watcher.fold_unreported()  # xdist workers interrupted before they sent their totals
     if run.ran < run.collected:
         run.partial.append(f"{run.collected - run.ran} of {run.collected} collected tests did not run")
     run.unused_cassettes = None
