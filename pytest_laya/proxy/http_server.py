@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from pytest_laya.faults.loopback import check_loopback_host
 
@@ -104,6 +105,8 @@ class _Gone(Exception):
     """The client closed, reset or went silent: close without a word."""
 
 
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                          "proxy-connection", "content-length"})
 
@@ -130,18 +133,18 @@ class _Reader:
             raise _Gone
         self.buffer += data
 
-    def until(self, marker: bytes, limit: int, deadline: float, too_long: Reply) -> bytes:
+    def until(self, marker: bytes, limit: int, deadline: float, too_long: Callable[[], Reply]) -> bytes:
         start = 0
         while True:
             index = self.buffer.find(marker, start)
             if index >= 0:
                 if index > limit:
-                    raise _Refused(too_long)
+                    raise _Refused(too_long())
                 data = bytes(self.buffer[:index])
                 del self.buffer[:index + len(marker)]
                 return data
             if len(self.buffer) > limit:
-                raise _Refused(too_long)
+                raise _Refused(too_long())
             start = max(0, len(self.buffer) - len(marker) + 1)
             self._fill(deadline)
 
@@ -158,6 +161,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an answer goes out whole, at once
         reader = _Reader(sock)
         limits = self.server.limits
         first = True
@@ -185,8 +189,10 @@ class _Handler(socketserver.BaseRequestHandler):
             return
 
     def _read(self, reader: _Reader, limits: ProxyLimits) -> tuple[IncomingRequest, bool]:
-        too_long = problem_reply(431, "headers_too_large", "Request header fields too large",
+        def too_long() -> Reply:
+            return problem_reply(431, "headers_too_large", "Request header fields too large",
                                  f"the request line and headers are over {limits.max_head_bytes} bytes")
+
         head = reader.until(b"\r\n\r\n", limits.max_head_bytes, time.monotonic() + limits.head_timeout_s, too_long)
         lines = head.decode("latin-1").split("\r\n")
         while lines and not lines[0]:  # stray CRLFs before a request are allowed (RFC 9112 2.2)
@@ -218,8 +224,10 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _body(self, reader: _Reader, fields: dict[str, str], limits: ProxyLimits) -> bytes:
         deadline = time.monotonic() + limits.body_timeout_s
-        too_large = problem_reply(413, "too_large", "Request body too large",
-                                  f"the request body is over {limits.max_body_bytes} bytes")
+        def too_large() -> Reply:
+            return problem_reply(413, "too_large", "Request body too large",
+                                 f"the request body is over {limits.max_body_bytes} bytes")
+
         try:
             encoding = fields.get("transfer-encoding", "").lower()
             if encoding:
@@ -233,30 +241,33 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise _Refused(_bad(f"Content-Length {length_text!r} is not a number"))
             length = int(length_text)
             if length > limits.max_body_bytes:
-                raise _Refused(too_large)
+                raise _Refused(too_large())
             return reader.exact(length, deadline)
         except TimeoutError:
             raise _Refused(problem_reply(408, "body_timeout", "Request body timeout",
                                          f"the body did not arrive within {limits.body_timeout_s:g} s")) from None
 
     @staticmethod
-    def _chunked(reader: _Reader, limits: ProxyLimits, deadline: float, too_large: Reply) -> bytes:
+    def _chunked(reader: _Reader, limits: ProxyLimits, deadline: float, too_large: Callable[[], Reply]) -> bytes:
         body = bytearray()
-        bad_size = _bad("a chunk size line is malformed")
+
+        def bad_size() -> Reply:
+            return _bad("a chunk size line is malformed")
+
         while True:
             size_line = reader.until(b"\r\n", 1024, deadline, bad_size).split(b";", 1)[0].strip()
             try:
                 size = int(size_line, 16)
             except ValueError:
-                raise _Refused(bad_size) from None
+                raise _Refused(bad_size()) from None
             if size < 0:
-                raise _Refused(bad_size)
+                raise _Refused(bad_size())
             if size == 0:
                 while reader.until(b"\r\n", limits.max_head_bytes, deadline, bad_size):
                     pass  # trailers, ignored
                 return bytes(body)
             if len(body) + size > limits.max_body_bytes:
-                raise _Refused(too_large)
+                raise _Refused(too_large())
             body += reader.exact(size, deadline)
             if reader.exact(2, deadline) != b"\r\n":
                 raise _Refused(_bad("a chunk does not end with CRLF"))
@@ -275,12 +286,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     @staticmethod
     def _write(sock: socket.socket, reply: Reply, *, keep_alive: bool) -> None:
-        from http import HTTPStatus
-
-        try:
-            reason = reply.reason or HTTPStatus(reply.status).phrase
-        except ValueError:
-            reason = "Unknown"
+        reason = reply.reason or _REASONS.get(reply.status, "Unknown")
         lines = [f"HTTP/1.1 {reply.status} {reason}"]
         lines += [f"{name}: {value}" for name, value in reply.headers if name.lower() not in _HOP_BY_HOP]
         lines.append(f"Content-Length: {len(reply.body)}")
