@@ -53,7 +53,7 @@ def test_a_live_decision_conforms_and_is_identified(laya_serve, exchanges):
     assert "inference" in decision.provenance.server_timing
     # laya-serve names no weights in the answer and no revision for a local checkpoint.
     assert decision.model == "./tiny@unknown"
-    assert health.loaded == ["tiny"]
+    assert "tiny" in health.loaded  # the shared laya-serve loads english too once a test asks for it
     assert [x.path for x in exchanges] == ["/v1/systemone", "/health", "/v1/systemone", "/health"]
 
 
