@@ -47,6 +47,7 @@ from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions,
 from pytest_laya.wire.samples import SampleRequest, sample_request
 
 __all__ = [
+    "BEHAVIOUR_PROPERTIES",
     "CHECKS",
     "CONTRACT_REQUESTS",
     "ORDER_QUESTIONS",
@@ -78,6 +79,17 @@ ORDER_QUESTIONS: Mapping[str, Mapping[str, Any]] = {
     "omega": {"type": "noul", "instructions": "Should an agent call back?"},
     "kappa": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "furious"]},
 }
+
+#: The behaviour a model is held to, each by its own check; a subclass opts out by leaving one out.
+BEHAVIOUR_PROPERTIES: frozenset[str] = frozenset({"option_order", "question_interference", "determinism"})
+#: Choice questions whose options the option-order check reorders (every order: 5 and 23).
+ORDER_PROBES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("I was charged twice for my order. Please refund the duplicate today.",
+     {"type": "choice", "instructions": "Which team should handle this?",
+      "criteria": {"billing": "Charges and refunds", "technical": "Software", "shipping": "Parcels"}}),
+    ("Your service is terrible and I am never ordering again.",
+     {"type": "choice", "instructions": "What is the customer's mood?", "criteria": ["angry", "sad", "neutral", "happy"]}),
+)
 
 #: One valid question of each type, for the config-error and answer-validation checks.
 _EXAMPLE_QUESTIONS: Mapping[str, Mapping[str, Any]] = {
@@ -307,9 +319,17 @@ class DecisionModelContract:
     expensive (a loaded checkpoint, a server) in a wider fixture and wrap it per test. Optional:
     `scripted_decision_model`, a factory ``answers -> model`` for the answer-validation checks,
     and `contract_requests`, the requests the checks send (default `CONTRACT_REQUESTS`).
+
+    The behaviour checks hold the model to `behaviour_properties` within `behaviour_tolerance`
+    (the largest probability deviation, laya's rounding step by default). Opt out of one by
+    naming the rest, e.g. for a model that leans on option order, as real Laya does::
+
+        behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
     """
 
     contract_requests: ClassVar[Sequence[SampleRequest]] = CONTRACT_REQUESTS
+    behaviour_properties: ClassVar[frozenset[str]] = BEHAVIOUR_PROPERTIES
+    behaviour_tolerance: ClassVar[float] = 1e-4
 
     @pytest.fixture
     def decision_model(self) -> Any:
@@ -482,7 +502,54 @@ class DecisionModelContract:
 
     # -- behaviour --------------------------------------------------------------------------
 
+    def _behaviour(self, model: Any, prop: str) -> None:
+        """Skip unless the class holds the model to `prop` (one of `BEHAVIOUR_PROPERTIES`)."""
+        if prop not in self.behaviour_properties:
+            pytest.skip(f"{type(self).__name__} opts out of {prop.replace('_', ' ')} (behaviour_properties)")
+
+    def _alike(self, what: str, qid: str, first: Any, second: Any) -> str | None:
+        """Why two answers to one question differ past `behaviour_tolerance` or decide differently, or None."""
+        from pytest_laya.suites.measures import decided, describe, probability_change
+
+        change = probability_change(first, second)
+        if change > self.behaviour_tolerance + 1e-9 or decided(first) != decided(second):
+            return (f"{what}: question {qid!r} was answered {describe(first)}, then {describe(second)} "
+                    f"(a probability moved {change:.6f}; behaviour_tolerance {self.behaviour_tolerance:g})")
+        return None
+
+    def test_option_order_does_not_change_the_answer(self, decision_model: Any) -> None:
+        self._behaviour(decision_model, "option_order")
+        if "choice" not in self._types(decision_model):
+            pytest.skip(f"{_named(decision_model)} declares question_types {self._types(decision_model)}: it answers "
+                        "no choice questions")
+        from pytest_laya.suites.behaviour import option_orders
+
+        for state, question in ORDER_PROBES:
+            first = decision_model.decide(state, {"q": question})["q"]
+            for permuted, _ in option_orders(question):
+                why = self._alike(f"option order {list(permuted['criteria'])}", "q", first,
+                                  decision_model.decide(state, {"q": permuted})["q"])
+                if why:
+                    pytest.fail(why, pytrace=False)
+
+    def test_other_questions_do_not_change_an_answer(self, decision_model: Any) -> None:
+        self._behaviour(decision_model, "question_interference")
+        from pytest_laya.suites.behaviour import FILLERS
+
+        types = self._types(decision_model)
+        questions = _only(ORDER_QUESTIONS, types)
+        if not questions:
+            pytest.skip(f"{_named(decision_model)} declares question_types {types}: it answers none of the "
+                        "contract's questions")
+        together = decision_model.decide(ORDER_STATE, {**_only(FILLERS, types), **questions})
+        for qid, question in questions.items():
+            why = self._alike(f"question interference (alone, then beside {len(together) - 1} other questions)",
+                              qid, decision_model.decide(ORDER_STATE, {qid: question})[qid], together[qid])
+            if why:
+                pytest.fail(why, pytrace=False)
+
     def test_a_deterministic_model_answers_the_same_request_identically(self, decision_model: Any) -> None:
+        self._behaviour(decision_model, "determinism")
         if not getattr(decision_model, "deterministic", False):
             pytest.skip(f"{_named(decision_model)} does not declare deterministic = True")
         for rid, state, questions in self._requests(decision_model)[:3]:

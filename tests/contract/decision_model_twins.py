@@ -344,6 +344,29 @@ class NoulDriftsBetweenCalls(_Rewriting):
         return super().decide(state, questions)
 
 
+class FirstOptionFavoured(_Rewriting):
+    """The first option listed gets 0.9 of every choice, whatever it is."""
+
+    def rewrite(self, answer: Any) -> Any:
+        if not isinstance(answer, Choice) or len(answer.probabilities) < 2:
+            return answer
+        keys = list(answer.probabilities)
+        rest = 0.1 / (len(keys) - 1)
+        return dataclasses.replace(answer, key=keys[0], probabilities={k: 0.9 if i == 0 else rest
+                                                                       for i, k in enumerate(keys)})
+
+
+class NoulFlipsBesideOtherQuestions(_Rewriting):
+    """A yes/no answer turns over when other questions are asked with it."""
+
+    def decide(self, state: Any, questions: Any) -> Decision:
+        good = super().decide(state, questions)
+        if len(good.answers) < 2:
+            return good
+        return dataclasses.replace(good, answers={qid: dataclasses.replace(a, p=round(1 - a.p, 4))
+                                                  if isinstance(a, Noul) else a for qid, a in good.answers.items()})
+
+
 class TokenCountDrifts(FakeLayaModel):
     """Claims determinism; the answers repeat, but each call counts one more input token."""
 
@@ -525,10 +548,20 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     "test_an_answer_whose_probabilities_do_not_sum_to_one_is_a_call_error": (
         _repairing(RenormalisesProbabilities, "renormalises-probabilities", "{'billing': 0.5, 'technical': 0.3}"),
     ),
+    "test_option_order_does_not_change_the_answer": (
+        BrokenModel("first-option-favoured", FirstOptionFavoured,
+                    "option order ['technical', 'billing', 'shipping']: question 'q' was answered 'billing' (billing "
+                    "0.9, technical 0.05, shipping 0.05), then 'technical' (technical 0.9, billing 0.05, shipping 0.05)"),
+    ),
+    "test_other_questions_do_not_change_an_answer": (
+        BrokenModel("noul-flips-beside-other-questions", NoulFlipsBesideOtherQuestions,
+                    "question interference (alone, then beside 20 other questions): question 'zeta' was answered p "),
+    ),
     "test_a_deterministic_model_answers_the_same_request_identically": (
-        # It claims determinism, so the async check, which then wants equal answers, fails too.
+        # It claims determinism, so the async check, which then wants equal answers, fails too;
+        # and a question asked alone, then beside others, is asked twice.
         BrokenModel("noul-drifts-between-calls", NoulDriftsBetweenCalls, "the same request was answered differently",
-                    also_fails=("test_sync_and_async_paths_agree",)),
+                    also_fails=("test_sync_and_async_paths_agree", "test_other_questions_do_not_change_an_answer")),
         # The answers alone repeat: the token count is part of what must.
         BrokenModel("token-count-drifts", TokenCountDrifts, "the same request was answered differently",
                     also_fails=("test_sync_and_async_paths_agree",)),

@@ -55,6 +55,9 @@ def fake_server(request):
 
 
 class TestLayaModel(DecisionModelContract):
+    # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
+    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
+
     @pytest.fixture
     def decision_model(self, tiny_model):
         model = LayaModel(embedded_checkpoint_dir(), agent=tiny_model.agent)
@@ -67,6 +70,9 @@ class TestLayaModel(DecisionModelContract):
 
 
 class TestServedLayaModelOverTheReferenceServer(DecisionModelContract):
+    # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
+    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
+
     @pytest.fixture
     def decision_model(self, laya_reference_server):
         model = ServedLayaModel(laya_reference_server.url, model="tiny", name="served-laya (reference server)",
@@ -80,6 +86,9 @@ class TestServedLayaModelOverTheReferenceServer(DecisionModelContract):
 
 
 class TestServedLayaModelOverLayaServe(DecisionModelContract):
+    # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
+    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
+
     @pytest.fixture
     def decision_model(self, laya_serve):
         model = ServedLayaModel(laya_serve.url, model="tiny", name="served-laya (laya-serve 0.4.15)",
@@ -138,6 +147,9 @@ from pytest_laya.contract import DecisionModelContract, scripted_served_model
 
 
 class TestServedLayaModelOverCassettes(DecisionModelContract):
+    # Recorded from the tiny checkpoint, which leans on option order.
+    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
+
     @pytest.fixture
     def decision_model(self, cassette_model):
         return cassette_model
@@ -159,7 +171,7 @@ def test_the_contract_holds_over_cassettes_recorded_from_the_reference_server(py
 
     monkeypatch.setenv("CONTRACT_CASSETTES", "record")
     recorded = pytester.runpytest("-p", "no:cacheprovider")
-    recorded.assert_outcomes(passed=CONTRACT_TESTS)
+    recorded.assert_outcomes(passed=CONTRACT_TESTS - 1, skipped=1)  # option order, opted out
     ordered = (cassettes / "test_one_answer_per_question_in_the_order_asked.yaml").read_text(encoding="utf-8")
     assert "http://laya.invalid/v1/systemone" in ordered and urlsplit(laya_reference_server.url).netloc not in ordered
 
@@ -167,7 +179,7 @@ def test_the_contract_holds_over_cassettes_recorded_from_the_reference_server(py
     monkeypatch.delenv("CONTRACT_SERVER_URL")
     replayed = pytester.runpytest("-p", "no:cacheprovider")
     # Strict replay: a test that made one request fewer or more than it recorded fails.
-    replayed.assert_outcomes(passed=CONTRACT_TESTS)
+    replayed.assert_outcomes(passed=CONTRACT_TESTS - 1, skipped=1)
 
 
 def test_a_served_model_passes_allow_truncation_to_every_decision():

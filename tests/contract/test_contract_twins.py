@@ -79,3 +79,12 @@ def test_the_contract_fails_each_broken_model_on_exactly_the_check_for_its_defec
     # would show the check's source, words included, in its traceback but not in its message.
     assert failures[check].startswith(("AssertionError", "Failed: ")), failures[check]
     assert twin.words in failures[check], failures[check]
+
+
+def test_a_class_opts_out_of_one_behaviour_property_and_keeps_the_others(pytester):
+    # The option-order twin passes once its class leaves option_order out; the others still run.
+    pytester.makepyfile(test_twins=SUITE + CLASS.format(cls="Test_opted_out", defect="first-option-favoured")
+                        + '    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}\n')
+    result = pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=len(checks_of(DecisionModelContract)) - 1, skipped=1)
+    result.stdout.fnmatch_lines(["*Test_opted_out opts out of option order (behaviour_properties)*"])
