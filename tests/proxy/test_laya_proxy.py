@@ -4,6 +4,7 @@ through the test's own route, in every mode, over a real loopback socket."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpcore  # noqa: F401
 import httpx  # noqa: F401
@@ -22,6 +23,8 @@ from tests.helpers.servers import reference_server
 # stack and the proxy here keeps one copy of each class (as tests/plugin/test_verify.py does).
 
 pytest_plugins = ["pytester"]
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node 20 (node, built-in fetch)")
 
 #: A Node 20 service: one decision with the built-in fetch, to the URL laya_url_env exported; it
 #: prints the status and the parsed body. The question's instructions come from argv.
@@ -83,6 +86,7 @@ def record_from_fake(pytester, *args):
     return cassette_of(pytester)
 
 
+@needs_node
 def test_node_records_against_the_reference_server_and_replays_with_it_stopped(node_project):
     with reference_server() as served:
         recorded = run(node_project, "--laya-record", f"--laya-url={served.url}", "-s")
@@ -100,6 +104,7 @@ def test_node_records_against_the_reference_server_and_replays_with_it_stopped(n
                                    "*0 violations in 1 responses*"])
 
 
+@needs_node
 def test_a_miss_is_answered_as_a_cassette_miss_problem_and_fails_the_test(node_project, monkeypatch):
     record_from_fake(node_project)
     monkeypatch.setenv("ASK", "Is the customer angry?")
@@ -114,6 +119,7 @@ def test_a_miss_is_answered_as_a_cassette_miss_problem_and_fails_the_test(node_p
     result.stdout.fnmatch_lines(["*CassetteMiss: no recorded interaction matches POST /v1/systemone*"])
 
 
+@needs_node
 def test_a_cassette_edited_to_break_the_spec_fails_the_test(node_project, monkeypatch):
     cassette = record_from_fake(node_project)
     data = yaml.safe_load(cassette.read_text())
@@ -132,6 +138,7 @@ def test_a_cassette_edited_to_break_the_spec_fails_the_test(node_project, monkey
     result.stdout.fnmatch_lines(["*SpecViolationError*noul*"])
 
 
+@needs_node
 def test_live_forwards_and_verify_compares(node_project):
     record_from_fake(node_project)
     before = cassette_of(node_project).read_bytes()
@@ -169,6 +176,7 @@ def test_scripted_timeout(laya_server, laya_proxy, laya_url_env):
 """
 
 
+@needs_node
 def test_fake_mode_answers_as_the_fake_with_the_tests_pins_and_faults(node_project):
     node_project.makepyfile(test_pinned=NODE_TEST.replace("def test_triage(", """
 import pytest
