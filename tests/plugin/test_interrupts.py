@@ -21,18 +21,22 @@ MANY = "".join(TEST_DECIDE.replace("def test_refund", f"def test_{n}") for n in 
 # The controller is interrupted (as Ctrl-C would) once two tests' cassette records reached it;
 # the workers' other tests wait, so they are still busy, and never send their totals.
 INTERRUPT_CONTROLLER = """
-import os, time, pathlib
+import pathlib, time
 
 seen = []
+worker = []
+
+def pytest_configure(config):
+    worker.append(hasattr(config, "workerinput"))
 
 def pytest_runtest_logreport(report):
-    if getattr(report, "laya_tests", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if getattr(report, "laya_tests", None) and not worker[0]:
         seen.append(report.nodeid)
         if len(seen) == 2:
             raise KeyboardInterrupt
 
 def pytest_runtest_setup(item):
-    if os.environ.get("PYTEST_XDIST_WORKER") and item.name not in ("test_0", "test_1"):
+    if worker[0] and item.name not in ("test_0", "test_1"):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not pathlib.Path("never").exists():
             time.sleep(0.05)
