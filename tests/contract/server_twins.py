@@ -593,7 +593,7 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "got ['refund', 'urgency', 'department', 'channel']"),
         BrokenServer("least-probable-choice", _answers_rewritten(_least_probable_choice), "must be the most probable option"),
         # Broken answers fail every check that decides: the answer rules refuse them all.
-        BrokenServer("probabilities-halved", _answers_rewritten(_probabilities_halved), "probabilities sum to 0.5",
+        BrokenServer("probabilities-halved", _answers_rewritten(_probabilities_halved), "rule probabilities-sum: expected a sum of 1 within 0.02, got 0.5000",
                      also_fails=BEHAVIOUR_CHECKS),
     ),
     "test_determinism_the_same_request_again": (
