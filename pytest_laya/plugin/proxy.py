@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +35,10 @@ class LayaProxy:
     url: str
     server: ServerHandle
     kind: str
-    route: TestRoute
+    route: TestRoute = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"<LayaProxy {self.kind} {self.url} calls={len(self.calls)}>"
 
     @property
     def calls(self) -> Calls:

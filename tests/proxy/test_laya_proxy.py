@@ -50,8 +50,10 @@ def node(*args):
     return json.loads(done.stdout)
 
 
-def test_triage(laya_proxy, laya_url_env):
+def test_triage(laya_proxy, laya_url_env, laya_server):
     assert os.environ["LAYA_SERVED_URL"] == laya_proxy.url
+    assert laya_proxy.calls is laya_server.calls  # one route, one list of calls
+    assert repr(laya_proxy) == f"<LayaProxy {laya_proxy.kind} {laya_proxy.url} calls=0>"
     answer = node(*([os.environ["ASK"]] if "ASK" in os.environ else []))
     print("ANSWER", json.dumps(answer))
     if os.environ.get("LENIENT"):
