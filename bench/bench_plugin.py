@@ -48,7 +48,7 @@ Target: plugin overhead on start-up (collect-only) < 150 ms. The overhead is the
 pytest: the time to import ``pytest_laya.plugin``, then ``pytest_laya.specs.conformance`` (what the
 plugin's ``pytest_configure`` imports). One extra run of each plugin-active configuration
 (and of the plugin-off collect) under ``-X importtime -s`` lists what got imported: torch,
-transformers, laya, uvicorn, starlette, fastapi and reference_server must not be.
+transformers, laya, uvicorn, starlette, fastapi and pytest_laya_reference must not be.
 
 Part 3, a suite: ``--suite-tests`` replayed ``laya_client`` tests (one cassette each) against as
 many tests using a MockTransport client fixture, each file run ``--suite-runs`` times in fresh
@@ -100,7 +100,7 @@ from pytest_laya.specs.conformance import Conformance  # noqa: E402
 PY = sys.executable
 TARGET_REPLAY_RATIO = 3.0
 TARGET_STARTUP_MS = 150.0
-HEAVY = ("torch", "transformers", "laya", "uvicorn", "starlette", "fastapi", "reference_server")
+HEAVY = ("torch", "transformers", "laya", "uvicorn", "starlette", "fastapi", "pytest_laya_reference")
 VERSIONED = ("pytest", "httpx", "httpcore", "vcrpy", "pyyaml", "jsonschema", "laya", "torch", "transformers",
              "starlette", "uvicorn", "pytest-asyncio", "pytest-recording", "pytest-xdist", "hypothesis")
 RECORD_HINT = "--laya-record"
@@ -320,10 +320,10 @@ def measure_in_process(s: Setup, rounds: int, small: str, big: str, fake_url: st
 
 def measure_reference(n: int, warmup: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    from reference_server.app import create_app
-    from reference_server.engine import LayaEngine
-    from reference_server.serving import ServerThread
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+    from pytest_laya_reference.app import create_app
+    from pytest_laya_reference.engine import LayaEngine
+    from pytest_laya_reference.serving import ServerThread
+    from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
     engine = LayaEngine({"tiny": str(embedded_checkpoint_dir())})
     with ServerThread(create_app(engine)) as thread:

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Reference server vs laya-serve 0.4.15 over state sizes and question counts, in one run, same bytes.
 
-Both servers run the embedded tiny checkpoint (``python -m reference_server --show-checkpoint``)
+Both servers run the embedded tiny checkpoint (``python -m pytest_laya_reference --show-checkpoint``)
 as their own subprocesses:
 
 - laya-serve 0.4.15 via ``pytest_laya.servers.laya_serve.LayaServeProcess``
   (``LAYA_MAX_CONCURRENT`` from ``--max-concurrent``), asked with ``"model": "tiny"``;
-- the reference server via ``python -m reference_server --port 0 --max-concurrent N`` (plus any
+- the reference server via ``python -m pytest_laya_reference --port 0 --max-concurrent N`` (plus any
   ``--ref-arg``), ready once it prints its ready line; with ``--max-inflight-tokens`` too when
   ``--concurrency`` requests of the largest question count would not fit its default in-flight
   budget (4 x 32,768 tokens), so that nothing is shed as 503 ``overloaded``.
@@ -53,7 +53,7 @@ This is a script run by hand, not a test: nothing here asserts on time.
     .venv/bin/python bench/bench_reference_server.py --sizes 512 --questions 4 --loads c1,same --rounds 1
         [--duration 8] [--warmup 2] [--concurrency 16] [--mixed-sets 8] [--json]
         [--only ref|laya] [--ref-arg=--passes=1 ...] [--ref-threads N] [--laya-threads N]
-        [--ref-pythonpath DIR]   # DIR holding a scratch copy of reference_server/ to measure
+        [--ref-pythonpath DIR]   # DIR holding a scratch copy of pytest_laya_reference/ to measure
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ def clean_env() -> dict[str, str]:
 
 
 class ReferenceProcess:
-    """`python -m reference_server --port 0 ...` as a subprocess; `url` once it says it is ready."""
+    """`python -m pytest_laya_reference --port 0 ...` as a subprocess; `url` once it says it is ready."""
 
     def __init__(self, args: list[str], threads: int | None, pythonpath: str | None,
                  timeout_s: float = 120.0) -> None:
@@ -501,7 +501,7 @@ class ReferenceProcess:
         self._out = tempfile.TemporaryFile()
 
     def __enter__(self) -> ReferenceProcess:
-        cmd = [PY, "-m", "reference_server", "--port", "0", *self.args]
+        cmd = [PY, "-m", "pytest_laya_reference", "--port", "0", *self.args]
         self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=self._out,
                                      stderr=subprocess.STDOUT, cwd=self.cwd)
         deadline = time.monotonic() + self.timeout_s
@@ -746,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: unset, its engine's own rule)")
     p.add_argument("--laya-threads", type=int, default=None, help="LAYA_THREADS for laya-serve "
                    "(default: unset, torch's default)")
-    p.add_argument("--ref-pythonpath", default=None, help="directory with a scratch copy of reference_server/")
+    p.add_argument("--ref-pythonpath", default=None, help="directory with a scratch copy of pytest_laya_reference/")
     p.add_argument("--only", choices=("both", "ref", "laya"), default="both")
     p.add_argument("--max-foreign", type=float, default=0.25, help="re-measure a slice when other processes "
                    "used more than this many cores during it (default 0.25)")
@@ -762,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds and --concurrency must be at least 1, --mixed-sets at least 2, sizes and questions given")
     args.budget = QuietBudget(args.quiet_budget)
 
-    checkpoint = subprocess.check_output([PY, "-m", "reference_server", "--show-checkpoint"], text=True,
+    checkpoint = subprocess.check_output([PY, "-m", "pytest_laya_reference", "--show-checkpoint"], text=True,
                                          cwd=str(ROOT)).strip()
     # The reference server's default in-flight budget (4 x 32,768 tokens) fits 16 requests of 16
     # questions; a larger grid would be shed as 503 overloaded, which is not throughput.

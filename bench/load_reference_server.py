@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Load and hostile traffic against the reference server: what it serves, sheds and survives.
 
-The reference server runs as its own subprocess (``python -m reference_server --port 0
+The reference server runs as its own subprocess (``python -m pytest_laya_reference --port 0
 --max-concurrent M`` on the embedded tiny checkpoint, 127.0.0.1 only), so its RSS is its own.
 Every phase is bounded by time and the script stops the server when it ends. Phases:
 
@@ -109,7 +109,7 @@ def use_sized_states(tokens: int) -> None:
     global STATES
     from bench_reference_server import TokenCounter, sized_states  # this script's directory is on sys.path
 
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+    from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
     STATES = sized_states(tokens, TokenCounter(str(embedded_checkpoint_dir())))
 
@@ -622,7 +622,7 @@ class ReferenceProcess:
     """The reference server as a subprocess on a free loopback port; stopped on exit."""
 
     def __init__(self, max_concurrent: int, *, root: Path = ROOT, nofile: int | None = None) -> None:
-        self.args = [sys.executable, "-m", "reference_server", "--host", HOST, "--port", "0",
+        self.args = [sys.executable, "-m", "pytest_laya_reference", "--host", HOST, "--port", "0",
                      "--max-concurrent", str(max_concurrent)]
         self.root = root
         self.nofile = nofile

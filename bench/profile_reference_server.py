@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where the reference server's time goes, on the embedded tiny checkpoint: three probes.
 
-``server``: starts the reference server (``python -m reference_server``, as
+``server``: starts the reference server (``python -m pytest_laya_reference``, as
 bench/bench_reference_server.py does), drives one cell of that benchmark's grid with closed-loop
 clients, and samples every thread of the server with py-spy (``pip install py-spy``) for the
 measured seconds. The samples are sorted into what the time went to: the forward pass, laya's
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_reference_server as bench  # noqa: E402
 
-CHECKPOINT = str(bench.ROOT / "reference_server" / "checkpoints" / "tiny")
+CHECKPOINT = str(bench.ROOT / "pytest_laya_reference" / "checkpoints" / "tiny")
 
 #: (category, substrings of a sampled stack), first match wins; inference threads only.
 INFERENCE = [
@@ -72,7 +72,7 @@ INFERENCE = [
 #: The same for the event loop's thread.
 EVENT_LOOP = [
     ("JSON parse and validation", ("orjson", "json/", "validation", "_parse")),
-    ("the app (Starlette, handlers, responses)", ("starlette", "reference_server/app.py")),
+    ("the app (Starlette, handlers, responses)", ("starlette", "pytest_laya_reference/app.py")),
     ("HTTP (uvicorn, h11, sockets)", ("h11", "uvicorn", "selector_events")),
     ("micro-batcher", ("batching.py",)),
     ("asyncio and the rest", ("",)),
@@ -201,7 +201,7 @@ def engine(args: argparse.Namespace) -> int:
     import json
     import subprocess
 
-    from reference_server.cores import bound_openmp_spinning
+    from pytest_laya_reference.cores import bound_openmp_spinning
 
     sides = {}
     for side in ("laya", "engine"):
@@ -244,7 +244,7 @@ def one_side(args: argparse.Namespace) -> int:
         def c1(state: object, questions: dict) -> None:
             agent.predict(state, questions)
     else:
-        from reference_server.engine import DecisionRequest, LayaEngine
+        from pytest_laya_reference.engine import DecisionRequest, LayaEngine
 
         eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", passes=args.passes)
         eng.load()
@@ -285,7 +285,7 @@ def one_side(args: argparse.Namespace) -> int:
 def packing(args: argparse.Namespace) -> int:
     import torch
 
-    from reference_server.engine import DecisionRequest, LayaEngine, _laya_item
+    from pytest_laya_reference.engine import DecisionRequest, LayaEngine, _laya_item
 
     eng = LayaEngine({"tiny": CHECKPOINT}, device="cpu", threads=1)
     eng.load()

@@ -1,6 +1,6 @@
 """Check the reference server on an accelerator against the same server on the CPU.
 
-Starts ``python -m reference_server --device DEVICE`` (the embedded tiny checkpoint) on
+Starts ``python -m pytest_laya_reference --device DEVICE`` (the embedded tiny checkpoint) on
 127.0.0.1 with a free port, then the same server with ``--device BASELINE``, one after the
 other, and checks:
 
@@ -78,8 +78,8 @@ def _fp32_init(self, *args, **kwargs):
     self.amp_enabled, self.dtype = False, torch.float32
 _agent.Agent.__init__ = _fp32_init
 print("device-check: laya autocast switched off (fp32 forward passes)", flush=True)
-sys.argv = ["reference_server", *sys.argv[1:]]
-runpy.run_module("reference_server", run_name="__main__", alter_sys=True)
+sys.argv = ["pytest_laya_reference", *sys.argv[1:]]
+runpy.run_module("pytest_laya_reference", run_name="__main__", alter_sys=True)
 """
 
 
@@ -90,7 +90,7 @@ class CheckFailed(Exception):
 # -- servers ---------------------------------------------------------------------------------
 
 class Server:
-    """``python -m reference_server`` in its own process group, its output collected."""
+    """``python -m pytest_laya_reference`` in its own process group, its output collected."""
 
     def __init__(self, python: str, device: str, label: str, log_path: Path, extra: list[str],
                  autocast_off: bool = False) -> None:
@@ -108,7 +108,7 @@ class Server:
             # loads, so its forward passes run in fp32 as on the CPU.
             self.cmd = [python, "-c", AUTOCAST_OFF_LAUNCHER, *server_args]
         else:
-            self.cmd = [python, "-m", "reference_server", *server_args]
+            self.cmd = [python, "-m", "pytest_laya_reference", *server_args]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             plan.insert(1, ("primary_fp32", args.device, True))
         for label, device, autocast_off in plan:
             log = out / f"server_{label}.log" if out is not None else Path(os.devnull)
-            print(f"== {label}: python -m reference_server --device {device}"
+            print(f"== {label}: python -m pytest_laya_reference --device {device}"
                   + (" (laya autocast off)" if autocast_off else ""), flush=True)
             server = Server(args.python, device, label, log, args.server_arg, autocast_off=autocast_off)
             # The diagnostic side's findings are reported, never counted as this check's failures.

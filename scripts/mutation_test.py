@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "mutants"
 # What the tests read besides the package and tests/ (specs, recordings, the reference server, scripts, docs).
-COPIED = ["pytest_laya", "tests", "specs", "cassettes", "reference_server", "examples", "scripts", "docs"]
+COPIED = ["pytest_laya", "tests", "specs", "cassettes", "pytest_laya_reference", "examples", "scripts", "docs"]
 
 
 @dataclass(frozen=True)

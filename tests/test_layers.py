@@ -104,7 +104,7 @@ def _layer(module: str) -> int | None:
 
 
 KIT = _sources("pytest_laya")
-SERVER = _sources("reference_server")
+SERVER = _sources("pytest_laya_reference")
 GRAPH = {name: _imports(path, name, set(KIT) | set(SERVER)) for name, path in {**KIT, **SERVER}.items()}
 
 
@@ -160,17 +160,17 @@ def test_the_wire_layer_imports_nothing_heavy():
 
 
 def test_the_reference_server_stands_on_the_wire_layer_alone():
-    beyond = sorted(f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith("reference_server")
-                    for t in ts if t.startswith("pytest_laya") and _layer(t) != 1)
+    beyond = sorted(f"{m} imports {t}" for m, ts in GRAPH.items() if m.startswith("pytest_laya_reference")
+                    for t in ts if t.split(".")[0] == "pytest_laya" and _layer(t) != 1)
     assert beyond == [], "\n".join(beyond)
 
 
 def test_only_the_reference_server_fixture_imports_the_reference_server():
-    importers = sorted({m for m, ts in GRAPH.items() if m in KIT for t in ts if t.split(".")[0] == "reference_server"})
+    importers = sorted({m for m, ts in GRAPH.items() if m in KIT for t in ts if t.split(".")[0] == "pytest_laya_reference"})
     assert importers == ["pytest_laya.plugin.servers"]
     tree = ast.parse(KIT["pytest_laya.plugin.servers"].read_text(encoding="utf-8"))
     top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                 and any(a.name.startswith("reference_server") or (getattr(n, "module", "") or "").startswith("reference_server")
+                 and any(a.name.startswith("pytest_laya_reference") or (getattr(n, "module", "") or "").startswith("pytest_laya_reference")
                          for a in n.names)]
     assert top_level == [], "the reference server must be imported lazily, inside the fixture"
 
@@ -186,7 +186,7 @@ def _private_names_imported(path: Path, module: str) -> list[str]:
         if node.level:
             base = package.split(".")[: len(package.split(".")) - node.level + 1]
             source = ".".join([*base, source] if source else base)
-        if source.split(".")[0] not in ("pytest_laya", "reference_server") or source == module:
+        if source.split(".")[0] not in ("pytest_laya", "pytest_laya_reference") or source == module:
             continue
         found += [f"{module}:{node.lineno} takes {alias.name} from {source}" for alias in node.names
                   if alias.name.startswith("_") and not alias.name.startswith("__")]

@@ -31,7 +31,7 @@ READY_TIMEOUT_S = 120.0
 
 
 def tiny_checkpoint() -> Any:
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+    from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
     return embedded_checkpoint_dir()
 
@@ -142,10 +142,10 @@ def reference_server(*, keyed: bool = False, busy: bool = False, warming: bool =
 
     Returns once it is ready, except `warming`, which returns while it is still loading.
     """
-    from reference_server.app import create_app
-    from reference_server.engine import LayaEngine
-    from reference_server.serving import ServerThread
-    from reference_server.settings import ServerSettings
+    from pytest_laya_reference.app import create_app
+    from pytest_laya_reference.engine import LayaEngine
+    from pytest_laya_reference.serving import ServerThread
+    from pytest_laya_reference.settings import ServerSettings
 
     engine: Any = LayaEngine({"tiny": str(tiny_checkpoint())})
     hold = InferenceHold(engine) if busy else None

@@ -29,10 +29,10 @@ def reference_server(run: LayaRun) -> Iterator[ServerHandle]:
     from pytest_laya.servers.readiness import NotReady, wait_ready
 
     try:
-        from reference_server.app import create_app
-        from reference_server.engine import LayaEngine
-        from reference_server.serving import ServerThread
-        from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+        from pytest_laya_reference.app import create_app
+        from pytest_laya_reference.engine import LayaEngine
+        from pytest_laya_reference.serving import ServerThread
+        from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
     except ImportError as exc:  # pragma: no cover - depends on the install
         pytest.fail(f"laya_reference_server needs the reference extra (pip install 'pytest-laya[reference]'): {exc}")
     source = run.checkpoint or str(embedded_checkpoint_dir())

@@ -1,7 +1,7 @@
 """`ProxyServer`: a small threaded HTTP/1.1 server on loopback that hands each request to a target.
 
 The standard library's `socketserver.ThreadingTCPServer`, one thread per connection, with the
-bounds the reference server enforces (reference_server/settings.py): a cap on open connections
+bounds the reference server enforces (pytest_laya_reference/settings.py): a cap on open connections
 (beyond it a new connection is closed at once), a deadline for each request head (from when the
 connection opened, or its previous response ended) and for each body, a cap on the head's size
 and on the body's (``Content-Length`` or chunked), and keep-alive. Responses always carry a

@@ -19,7 +19,7 @@ from pytest_laya.fake import FLAVORS, LAYA_SERVE, FakeLayaServer
 from pytest_laya.models import LayaModel, ServedLayaModel
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 #: How many checks the contract has: every one must pass on every implementation.
 CONTRACT_TESTS = sum(1 for name in dir(DecisionModelContract) if name.startswith("test_"))

@@ -19,7 +19,7 @@ from pytest_laya import DecisionModel, LayaCallError, LayaConfigError, LayaModel
 from pytest_laya.contract import scripted_laya_model
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 TINY = embedded_checkpoint_dir()
 QUESTIONS = {

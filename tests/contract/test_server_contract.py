@@ -88,7 +88,7 @@ def failed_checks(result) -> list[str]:
 
 def _reference(api_key=None):
     pytest.importorskip("laya", reason="needs the reference extra")
-    from reference_server.settings import ServerSettings
+    from pytest_laya_reference.settings import ServerSettings
 
     return reference_server(ServerSettings(api_key=api_key))
 

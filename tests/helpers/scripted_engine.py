@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from reference_server.engine import DecisionRequest, DecisionResult, ModelIdentity
+from pytest_laya_reference.engine import DecisionRequest, DecisionResult, ModelIdentity
 
 IDENTITY = ModelIdentity(checkpoint="scripted", revision="sha256:" + "0" * 64, device="cpu",
                          weights_dtype="float32", compiled=False)

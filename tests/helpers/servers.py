@@ -18,8 +18,8 @@ READY_TIMEOUT_S = 120.0
 
 @contextlib.contextmanager
 def serve_app(app: Any) -> Iterator[Any]:
-    """Serve a reference-server app (`reference_server.app.create_app(...)`) until the block ends."""
-    from reference_server.serving import ServerThread
+    """Serve a reference-server app (`pytest_laya_reference.app.create_app(...)`) until the block ends."""
+    from pytest_laya_reference.serving import ServerThread
 
     with ServerThread(app) as thread:
         wait_ready(thread.url, timeout_s=READY_TIMEOUT_S, what="the reference server")
@@ -30,11 +30,11 @@ def serve_app(app: Any) -> Iterator[Any]:
 def reference_server(settings: Any = None, *, models: Mapping[str, str] | None = None,
                      **engine_options: Any) -> Iterator[Any]:
     """Real Laya on the embedded tiny checkpoint (as ``tiny``, or each name in `models`) behind
-    the reference server with `settings` (`reference_server.settings.ServerSettings`)."""
+    the reference server with `settings` (`pytest_laya_reference.settings.ServerSettings`)."""
     pytest.importorskip("laya", reason="needs the reference extra: pip install -e '.[reference]'")
-    from reference_server.app import create_app
-    from reference_server.engine import LayaEngine
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+    from pytest_laya_reference.app import create_app
+    from pytest_laya_reference.engine import LayaEngine
+    from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
     tiny = str(embedded_checkpoint_dir())
     engine = LayaEngine(dict(models) if models else {"tiny": tiny}, **engine_options)
@@ -67,7 +67,7 @@ class LayaServes:
         if config not in self._started:
             pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
             from pytest_laya.servers.laya_serve import LayaServeProcess
-            from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+            from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
             server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
                                       startup_timeout_s=READY_TIMEOUT_S)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from pytest_laya.servers.laya_serve import LayaServeProcess
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
 needs_laya = pytest.mark.skipif(
     any(importlib.util.find_spec(name) is None for name in ("laya", "fastapi", "uvicorn")),

@@ -10,7 +10,7 @@ from pytest_laya import Noul, ServedLayaClient, Spec
 from pytest_laya.servers.laya_serve import LayaServeProcess
 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 STATE = "I was charged twice for my order. Please refund the duplicate today."
 QUESTIONS = {

@@ -107,7 +107,7 @@ def test_the_fake_speaks_each_flavor():
 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
 from pytest_laya.models import LayaModel  # noqa: E402
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,6 @@ def test_the_wheel_ships_both_specs_and_the_tiny_checkpoint(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"pytest_laya/specs/documents/laya-systemone.current.openapi.yaml",
             "pytest_laya/specs/documents/laya-systemone.openapi.yaml",
-            "reference_server/checkpoints/tiny/model.safetensors",
+            "pytest_laya_reference/checkpoints/tiny/model.safetensors",
             "pytest_laya/suites/server.py", "pytest_laya/__main__.py"} <= names
     assert not any(n.startswith(("tests/", ".venv/")) for n in names)

@@ -20,7 +20,7 @@ from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.wire.samples import VARIED_REQUESTS
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 TOLERANCE = 1e-4
 

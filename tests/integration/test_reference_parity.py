@@ -18,8 +18,8 @@ from pytest_laya.wire.samples import VARIED_REQUESTS
 from tests.helpers.recorded import LAYA_SERVE, recordings
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
-from reference_server.settings import ServerSettings  # noqa: E402
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.settings import ServerSettings  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 from tests.helpers.servers import reference_server  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -146,9 +146,9 @@ def test_identity_is_the_real_checkpoint(reference):
 
 
 def test_the_command_line_serves_the_embedded_checkpoint():
-    shown = subprocess.run([sys.executable, "-m", "reference_server", "--show-checkpoint"], capture_output=True, text=True, check=True)
+    shown = subprocess.run([sys.executable, "-m", "pytest_laya_reference", "--show-checkpoint"], capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == str(embedded_checkpoint_dir())
-    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", "--api-key", "sk-cli-canary"],
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_laya_reference", "--port", "0", "--api-key", "sk-cli-canary"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline().strip()
@@ -166,13 +166,13 @@ def test_the_command_line_serves_the_embedded_checkpoint():
 
 def test_bad_command_lines_are_usage_errors():
     for args in (["--max-concurrent", "0"], ["--checkpoint", "a=x", "--checkpoint", "a=y"], ["--port", "70000"]):
-        result = subprocess.run([sys.executable, "-m", "reference_server", *args], capture_output=True, text=True, timeout=60)
+        result = subprocess.run([sys.executable, "-m", "pytest_laya_reference", *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and "laya-reference-server: error:" in result.stderr, args
 
 
 def test_a_checkpoint_that_cannot_load_ends_the_server_with_one_clear_line(tmp_path):
     missing = tmp_path / "no-such-checkpoint"
-    result = subprocess.run([sys.executable, "-m", "reference_server", "--port", "0", "--checkpoint", str(missing)],
+    result = subprocess.run([sys.executable, "-m", "pytest_laya_reference", "--port", "0", "--checkpoint", str(missing)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "laya-reference-server: error: loading the checkpoints failed" in result.stderr

@@ -17,10 +17,10 @@ from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
 
 from pytest_laya.servers import wait_ready
 from pytest_laya.wire.identity import local_checkpoint_revision  # noqa: E402
-from reference_server.app import create_app  # noqa: E402
-from reference_server.serving import ServerThread  # noqa: E402
-from reference_server.settings import ServerSettings  # noqa: E402
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.app import create_app  # noqa: E402
+from pytest_laya_reference.serving import ServerThread  # noqa: E402
+from pytest_laya_reference.settings import ServerSettings  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 from tests.helpers.scripted_engine import ScriptedEngine  # noqa: E402
 
 KEY = "sk-remote-router-canary"

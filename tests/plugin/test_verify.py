@@ -279,7 +279,7 @@ def test_what_the_server_is_in_health_is_still_compared(live, difference):
 def real_laya_serve():
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     from pytest_laya.servers.laya_serve import LayaServeProcess
-    from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+    from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
     with LayaServeProcess(embedded_checkpoint_dir()) as server:
         yield server

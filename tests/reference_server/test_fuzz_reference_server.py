@@ -44,8 +44,8 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 
 from pytest_laya import Spec  # noqa: E402
-from reference_server.settings import Limits, ServerSettings  # noqa: E402
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.settings import Limits, ServerSettings  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 from tests.helpers.servers import reference_server  # noqa: E402
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "specs" / "laya-systemone.openapi.yaml"

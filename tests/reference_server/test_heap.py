@@ -1,4 +1,4 @@
-"""What keeps the reference server's RSS near idle after hostile traffic (reference_server.heap).
+"""What keeps the reference server's RSS near idle after hostile traffic (pytest_laya_reference.heap).
 
 Each check runs in a fresh interpreter: capping arenas and freezing the collector change the
 whole process, and pytest's own must stay as it is.
@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from reference_server.heap import cap_malloc_arenas
+from pytest_laya_reference.heap import cap_malloc_arenas
 
 glibc = pytest.mark.skipif(sys.platform != "linux" or ctypes.util.find_library("c") is None
                            or os.confstr("CS_GNU_LIBC_VERSION") is None, reason="needs glibc (Linux)")
@@ -30,12 +30,12 @@ def _run(code: str, **env: str) -> str:
 
 @glibc
 def test_arenas_are_capped_with_glibc():
-    assert _run("from reference_server.heap import cap_malloc_arenas; print(cap_malloc_arenas())") == "True"
+    assert _run("from pytest_laya_reference.heap import cap_malloc_arenas; print(cap_malloc_arenas())") == "True"
 
 
 @glibc
 def test_an_explicit_malloc_arena_max_is_left_to_glibc():
-    code = "from reference_server.heap import cap_malloc_arenas; print(cap_malloc_arenas())"
+    code = "from pytest_laya_reference.heap import cap_malloc_arenas; print(cap_malloc_arenas())"
     assert _run(code, MALLOC_ARENA_MAX="4") == "False"
 
 
@@ -48,7 +48,7 @@ def test_after_freezing_the_idle_release_collects_what_cycles_hold():
     # A refused 150,000-key body stays alive in an exception/traceback cycle until a collection.
     out = _run("""
         import gc, weakref
-        from reference_server.heap import freeze_loaded_objects, release_free_heap
+        from pytest_laya_reference.heap import freeze_loaded_objects, release_free_heap
         freeze_loaded_objects()
         assert gc.get_freeze_count() > 0
         gc.disable()  # nothing else may collect the cycle
@@ -66,7 +66,7 @@ def test_without_a_freeze_the_release_does_not_walk_the_whole_heap():
     # A full collection over an unfrozen heap (laya's ~350,000 objects) holds the GIL ~190 ms.
     out = _run("""
         import gc, weakref
-        from reference_server.heap import release_free_heap
+        from pytest_laya_reference.heap import release_free_heap
         gc.disable()
         class Body: pass
         body = Body(); body.cycle = body
@@ -84,7 +84,7 @@ def test_the_command_line_freezes_the_loaded_model_before_it_says_ready():
     out = _run("""
         import gc, sys
         import uvicorn
-        from reference_server.__main__ import main
+        from pytest_laya_reference.__main__ import main
         class Probe:
             def __init__(self, config): self.config = config; self.should_exit = False
             def run(self, sockets):

@@ -37,7 +37,7 @@ pytest.importorskip("laya", reason="needs the reference extra")
 
 from pytest_laya import Spec  # noqa: E402
 from pytest_laya.wire.requests import MAX_NESTING  # noqa: E402
-from reference_server.settings import Limits, ServerSettings  # noqa: E402
+from pytest_laya_reference.settings import Limits, ServerSettings  # noqa: E402
 from tests.helpers.servers import reference_server  # noqa: E402
 
 LIVEZ_BOUND_S = 2.0
@@ -133,9 +133,9 @@ def livez_throughout(server):
 @pytest.fixture(autouse=True)
 def no_server_tracebacks(caplog):
     """Hostile input is the client's mistake: the server must not log it as its own failure."""
-    with caplog.at_level(logging.WARNING, logger="reference_server"):
+    with caplog.at_level(logging.WARNING, logger="pytest_laya_reference"):
         yield
-    errors = [r for r in caplog.records if r.name.startswith("reference_server") and r.levelno >= logging.ERROR]
+    errors = [r for r in caplog.records if r.name.startswith("pytest_laya_reference") and r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
 
 
@@ -614,11 +614,11 @@ def test_a_client_that_disconnects_mid_body_is_not_a_server_failure(server):
 # -- memory ----------------------------------------------------------------------------------
 
 class ServerProcess:
-    """`python -m reference_server` on the tiny checkpoint, on a free loopback port; `.url`, `.pid`."""
+    """`python -m pytest_laya_reference` on the tiny checkpoint, on a free loopback port; `.url`, `.pid`."""
 
     def __init__(self, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "MALLOC_"))}
-        self.proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytest_laya_reference", "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.url = ""
         deadline = time.monotonic() + 120

@@ -18,7 +18,7 @@ from pytest_laya import Spec
 from tests.helpers.servers import reference_server
 
 pytest.importorskip("laya", reason="needs the reference extra: pip install -e '.[reference]'")
-from reference_server.settings import ServerSettings  # noqa: E402
+from pytest_laya_reference.settings import ServerSettings  # noqa: E402
 
 STATE = "I was charged twice for my order. Please refund the duplicate today."
 QUESTIONS = {
@@ -135,7 +135,7 @@ def test_the_default_answer_meets_both_specs_but_not_a_strict_jev_client():
 @pytest.mark.parametrize("args, env", [(["--jev-strict"], {}), ([], {"LAYA_JEV_STRICT": "1"})], ids=["flag", "env"])
 def test_the_command_line_turns_strict_mode_on(args, env):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")} | env
-    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", *args], env=environ,
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_laya_reference", "--port", "0", *args], env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline().strip()

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from reference_server.batching import BatcherClosed, MicroBatcher, Timed
-from reference_server.engine import (
+from pytest_laya_reference.batching import BatcherClosed, MicroBatcher, Timed
+from pytest_laya_reference.engine import (
     DecisionRequest,
     DecisionResult,
     LayaEngine,
     ModelIdentity,
 )
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
 pytest.importorskip("torch")
 pytest.importorskip("laya")
@@ -201,9 +201,9 @@ def _refusing_sockets(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 def test_importing_engine_and_batching_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "import reference_server.engine, reference_server.batching\n"
-        "from reference_server.engine import LayaEngine\n"
-        "from reference_server.tiny_checkpoint import embedded_checkpoint_dir\n"
+        "import pytest_laya_reference.engine, pytest_laya_reference.batching\n"
+        "from pytest_laya_reference.engine import LayaEngine\n"
+        "from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir\n"
         "e = LayaEngine({'tiny': str(embedded_checkpoint_dir())})\n"
         "heavy = [m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules]\n"
         "print(heavy)\n"
@@ -246,7 +246,7 @@ def test_identity_and_readiness_with_no_network(checkpoint_dir: str,
 
 
 def test_the_core_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_server.cores import auto_cores
+    from pytest_laya_reference.cores import auto_cores
 
     for name in ("LAYA_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
@@ -263,7 +263,7 @@ def test_the_core_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_passes_share_the_cores_and_only_large_ones_get_more_than_one_thread() -> None:
     import torch
 
-    from reference_server.cores import TOKENS_PER_THREAD, CorePool
+    from pytest_laya_reference.cores import TOKENS_PER_THREAD, CorePool
 
     pool = CorePool(4)
     seen: list[tuple[int, int]] = []  # (torch threads in the pass, threads computing at once)
@@ -298,7 +298,7 @@ def test_passes_share_the_cores_and_only_large_ones_get_more_than_one_thread() -
 
 
 def test_a_failed_pass_fails_the_call_after_the_others_end() -> None:
-    from reference_server.cores import CorePool
+    from pytest_laya_reference.cores import CorePool
 
     pool = CorePool(2)
     ended: list[int] = []
@@ -322,7 +322,7 @@ def test_a_failed_pass_fails_the_call_after_the_others_end() -> None:
 def test_a_pass_flagged_alone_runs_by_itself_on_every_core() -> None:
     import torch
 
-    from reference_server.cores import CorePool
+    from pytest_laya_reference.cores import CorePool
 
     pool = CorePool(2)
     log: list[tuple[str, str, int]] = []  # (event, pass, torch threads)
@@ -348,7 +348,7 @@ def test_a_pass_flagged_alone_runs_by_itself_on_every_core() -> None:
 
 
 def test_rows_longer_than_a_pass_run_alone(engine: LayaEngine) -> None:
-    from reference_server.packing import predict_packed
+    from pytest_laya_reference.packing import predict_packed
 
     agent = engine._agents["tiny"]
     flags: list[tuple[list[int], bool]] = []
@@ -367,7 +367,7 @@ def test_rows_longer_than_a_pass_run_alone(engine: LayaEngine) -> None:
 def test_without_a_budget_torch_threads_are_left_alone() -> None:
     import torch
 
-    from reference_server.cores import CorePool
+    from pytest_laya_reference.cores import CorePool
 
     pool = CorePool(None, workers=2)
     try:
@@ -379,7 +379,7 @@ def test_without_a_budget_torch_threads_are_left_alone() -> None:
 
 
 def test_rows_are_planned_longest_first_within_the_token_cap() -> None:
-    from reference_server.packing import plan_passes
+    from pytest_laya_reference.packing import plan_passes
 
     lengths = [100, 512, 300, 512, 90, 512, 512, 700]
     passes = plan_passes(lengths, pass_tokens=1024)
@@ -502,7 +502,7 @@ def test_heterogeneous_batch_shares_passes_and_equals_singles(engine: LayaEngine
 
 
 def test_passes_hold_a_bounded_number_of_tokens(engine: LayaEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    from reference_server.packing import PASS_TOKENS
+    from pytest_laya_reference.packing import PASS_TOKENS
 
     agent = engine._agents["tiny"]
     shapes: list[tuple[int, int]] = []
@@ -533,7 +533,7 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
                                                                        monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture[str],
                                                                        singles: list[DecisionResult]) -> None:
-    import reference_server.packing as packing
+    import pytest_laya_reference.packing as packing
 
     calls: list[int] = []
     original = packing.predict_packed
@@ -547,8 +547,8 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
                     answer["noul"] = round(answer["noul"] + 0.01, 4)
         return out
 
-    monkeypatch.setattr("reference_server.packing.predict_packed", wrong)  # the start-up check's
-    monkeypatch.setattr("reference_server.engine.predict_packed", wrong)   # and serving's
+    monkeypatch.setattr("pytest_laya_reference.packing.predict_packed", wrong)  # the start-up check's
+    monkeypatch.setattr("pytest_laya_reference.engine.predict_packed", wrong)   # and serving's
     fresh = LayaEngine({"tiny": checkpoint_dir}, device="cpu")
     try:
         fresh.load()

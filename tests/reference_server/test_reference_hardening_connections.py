@@ -211,7 +211,7 @@ def no_tracebacks(stderr: str) -> None:
 
 @pytest.fixture(scope="module")
 def capped():
-    server = Process([sys.executable, "-m", "reference_server", "--port", "0", "--max-connections", str(MAX_CONNECTIONS),
+    server = Process([sys.executable, "-m", "pytest_laya_reference", "--port", "0", "--max-connections", str(MAX_CONNECTIONS),
                       "--head-timeout", str(HEAD_TIMEOUT_S), "--keep-alive-timeout", str(KEEP_ALIVE_S), "--max-concurrent", "4", "--max-body-reads", "8",
                       "--body-timeout", "3"], nofile=NOFILE, ready_prefix="laya-reference-server ready at ")
     try:
@@ -316,9 +316,9 @@ def test_slow_uploads_reopened_after_each_refusal_shed_no_decision(capped):
 
 SERVER_SCRIPT = textwrap.dedent("""
     import resource, sys, time
-    from reference_server.app import create_app
-    from reference_server.serving import ServerThread
-    from reference_server.settings import ServerSettings
+    from pytest_laya_reference.app import create_app
+    from pytest_laya_reference.serving import ServerThread
+    from pytest_laya_reference.settings import ServerSettings
     from pytest_laya.servers import wait_ready
     from tests.helpers.scripted_engine import ScriptedEngine
 

@@ -18,9 +18,9 @@ import pytest
 
 from pytest_laya import Spec
 from pytest_laya.servers import wait_ready
-from reference_server.app import create_app
-from reference_server.serving import ServerThread
-from reference_server.settings import Limits, ServerSettings
+from pytest_laya_reference.app import create_app
+from pytest_laya_reference.serving import ServerThread
+from pytest_laya_reference.settings import Limits, ServerSettings
 from tests.helpers.scripted_engine import ScriptedEngine
 
 KEY = "sk-reference-canary-42"
@@ -304,7 +304,7 @@ def test_a_key_no_client_could_send_is_refused_by_the_settings(key):
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")} | (env or {})
-    return subprocess.run([sys.executable, "-m", "reference_server", "--port", "0", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pytest_laya_reference", "--port", "0", *args], capture_output=True,
                           text=True, timeout=60, env=environment)
 
 
@@ -505,7 +505,7 @@ def test_a_batch_over_the_state_limit_is_413(plain):
 def test_without_the_reference_extra_the_server_says_what_to_install(absent):
     # A core install: the extra's modules cannot be imported (as if never installed).
     code = (f"import sys\nfor name in {absent!r}:\n    sys.modules[name] = None\n"
-            "from reference_server.__main__ import main\nsys.exit(main(['--port', '0']))\n")
+            "from pytest_laya_reference.__main__ import main\nsys.exit(main(['--port', '0']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stdout == "" and "Traceback" not in done.stderr

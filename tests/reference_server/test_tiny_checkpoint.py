@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from reference_server import tiny_checkpoint
+from pytest_laya_reference import tiny_checkpoint
 
 pytest.importorskip("torch")
 pytest.importorskip("laya")
@@ -80,7 +80,7 @@ def test_shipped_bytes_equal_a_fresh_generate(shipped: pathlib.Path, tmp_path: p
     for name in sorted(want):
         assert got[name] == want[name], (
             "%s differs from a fresh generate(); regenerate with "
-            "`python -m reference_server.tiny_checkpoint --out DIR` and review" % name)
+            "`python -m pytest_laya_reference.tiny_checkpoint --out DIR` and review" % name)
 
 
 def test_generated_files_are_world_readable(tmp_path: pathlib.Path) -> None:

@@ -24,7 +24,7 @@ from pytest_laya.wire.requests import MAX_TOKEN_BUDGET, MIN_CONFIDENCE_BUCKETS, 
 laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
 
-from reference_server.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
 
 TOLERANCE = 1e-4
 # About 900 tokens: past the tiny checkpoint's own 512-token window, so every window changes it.

@@ -1,4 +1,4 @@
-"""`python -m reference_server` / `laya-reference-server`: serve real Laya per the target spec.
+"""`python -m pytest_laya_reference` / `laya-reference-server`: serve real Laya per the target spec.
 
 With no `--checkpoint` it serves the embedded tiny checkpoint, so nothing reaches the network.
 The URL is printed on one line once every checkpoint is loaded and warm; `/livez` answers before
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     from .cores import bound_openmp_spinning
     from .heap import cap_malloc_arenas, freeze_loaded_objects
 
-    cap_malloc_arenas()  # before any thread exists; see reference_server.heap
-    bound_openmp_spinning()  # before torch loads; see reference_server.cores
+    cap_malloc_arenas()  # before any thread exists; see pytest_laya_reference.heap
+    bound_openmp_spinning()  # before torch loads; see pytest_laya_reference.cores
     parser = _parser()
     args = parser.parse_args(argv)
     from .tiny_checkpoint import embedded_checkpoint_dir

@@ -46,7 +46,7 @@ from .validation import decision_requests
 
 __all__ = ["create_app"]
 
-log = logging.getLogger("reference_server")
+log = logging.getLogger("pytest_laya_reference")
 _QUESTION_IN_MESSAGE = re.compile(r"question '([^']+)'")
 _INLINE_PARSE_BYTES = 32 * 1024
 _IDLE_HEAP_RELEASE_S = 1.0

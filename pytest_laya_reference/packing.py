@@ -165,7 +165,7 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
 
 
 #: Decisions ``load()`` answers both through laya's ``Router.predict_batch`` and through packed
-#: passes (``reference_server.packing``), which must agree before a checkpoint is served packed:
+#: passes (``pytest_laya_reference.packing``), which must agree before a checkpoint is served packed:
 #: every question type, list labels, noul labels, dict and conversation states, a state cut by
 #: the window, options collapsed by a narrow head, and different question sets in one batch.
 PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (

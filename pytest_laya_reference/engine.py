@@ -1,7 +1,7 @@
 """Real Laya inference for the reference server, with no HTTP in it.
 
 ``LayaEngine`` loads each configured checkpoint with laya 0.4.15 and answers decisions on it. The
-app (``reference_server.app``) and the micro-batcher (``reference_server.batching``) only see the
+app (``pytest_laya_reference.app``) and the micro-batcher (``pytest_laya_reference.batching``) only see the
 ``Engine`` protocol below, so a test can stand a fake in for it.
 
 Which laya entry point, and why
@@ -29,7 +29,7 @@ Batching: passes shared by any requests
 requests by its order-sensitive schema key), so on its own it shares a forward pass only among
 requests that ask the same questions. laya scores one model row per (state, question) and rows
 never see each other, so this engine packs the rows of a whole batch itself
-(``reference_server.packing``): requests with different question sets share passes, passes hold
+(``pytest_laya_reference.packing``): requests with different question sets share passes, passes hold
 about 2,000 tokens each (cheapest per row on a CPU, and memory stays bounded however large the
 batch), and a request alone on an idle server runs its rows side by side on every core. It
 uses laya's private ``_encode_state``/``collate_items``/``_forward``/``_decode_answers``, the steps
@@ -44,7 +44,7 @@ would make them equal at about half the throughput (docs/reference-server.md, "B
 
 Threads
 -------
-Forward passes run on a ``reference_server.cores.CorePool``: up to a budget of cores of them at
+Forward passes run on a ``pytest_laya_reference.cores.CorePool``: up to a budget of cores of them at
 once, one torch thread each unless a pass is large enough to feed more and cores are free, so
 torch never computes on more threads than the budget (the module says why one thread each). The budget: an explicit ``threads=N``;
 ``threads=0`` leaves torch alone (up to ``passes`` passes at once, torch's own thread count);

@@ -26,7 +26,7 @@ every second, while `/livez` and every decision time out.
   exponentially up to a second; one more line says when accepting works again.
 
 `ServerThread` runs an app this way on a loopback port in a background thread (tests,
-benchmarks, the plugin's fixture); the command line (`python -m reference_server`) runs the very
+benchmarks, the plugin's fixture); the command line (`python -m pytest_laya_reference`) runs the very
 same server in the foreground.
 """
 
@@ -55,7 +55,7 @@ from .settings import ServerSettings
 __all__ = ["ConnectionGuard", "GuardedH11Protocol", "HardenedServer", "ServerThread", "listen_tcp",
            "uvicorn_config"]
 
-log = logging.getLogger("reference_server.serving")
+log = logging.getLogger("pytest_laya_reference.serving")
 
 #: Connections accepted per readiness event of the listening socket before other callbacks run,
 #: at most (an eighth of the cap, if less: a connection becomes one that can be closed to make

@@ -9,7 +9,7 @@ batches fill up on their own and the window only costs latency when the server i
 
 A batch takes at most ``max_batch`` requests, and no more than its share of those waiting
 (``ceil(waiting / free passes)``), so that under load every pass has work: the engine shares the
-cores among the forward passes of all batches running (``reference_server.cores``), and two
+cores among the forward passes of all batches running (``pytest_laya_reference.cores``), and two
 batches at once let one batch's Python (tokenising, decoding) run while the other's forward
 passes compute.
 
@@ -27,7 +27,7 @@ Outcomes are per caller:
 Nothing here grows beyond what callers submitted: the queues hold exactly the callers still
 waiting. Admission control (how many may wait) is the app's job.
 
-Heavy imports: none. This module imports ``reference_server.engine`` for types only, which
+Heavy imports: none. This module imports ``pytest_laya_reference.engine`` for types only, which
 imports no torch either.
 """
 

@@ -75,7 +75,7 @@ class ServerSettings:
     max_concurrent: int = 16
     max_batch: int = 16
     batch_window_ms: float = 0.0
-    # Batches run at once, each on its own thread (reference_server.batching says why two).
+    # Batches run at once, each on its own thread (pytest_laya_reference.batching says why two).
     passes: int = 2
     # Seconds a request may take to deliver its body before a 408 (and a closed connection).
     body_timeout_s: float = 10.0
@@ -85,9 +85,9 @@ class ServerSettings:
     max_body_reads: int = 32
     retry_after_s: int = 1
     limits: Limits = field(default_factory=Limits)
-    # Answer with Jev's field set only, plus latency_ms (reference_server.jev_strict).
+    # Answer with Jev's field set only, plus latency_ms (pytest_laya_reference.jev_strict).
     jev_strict: bool = False
-    # Connections (reference_server.serving): open at once; beyond it the one that has waited
+    # Connections (pytest_laya_reference.serving): open at once; beyond it the one that has waited
     # longest for a request head is closed to make room, or, when none waits, the new one.
     max_connections: int = 1024
     # Seconds a connection may take to send a complete request head, from when it opened or
@@ -97,7 +97,7 @@ class ServerSettings:
     keep_alive_timeout_s: float = 5.0
     # Tokens of inference (limits.max_request_tokens' measure) in flight at once, all requests
     # together; beyond it, 503 overloaded. It bounds the work queued, not memory: forward passes
-    # hold at most 2,048 tokens and a longer row runs by itself (reference_server.packing), so
+    # hold at most 2,048 tokens and a longer row runs by itself (pytest_laya_reference.packing), so
     # RSS no longer grows with the requests in flight. None: INFLIGHT_REQUESTS x
     # limits.max_request_tokens (131,072 by default: 16 requests of 16 questions at laya's
     # default window, or 4 at the per-request maximum).
