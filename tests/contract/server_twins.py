@@ -591,9 +591,11 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
         BrokenServer("answers-grouped-by-type", _answers_grouped_by_type,
                      "answers must come one per question in the order asked ['department', 'channel', 'urgency', 'refund'], "
                      "got ['refund', 'urgency', 'department', 'channel']"),
-        BrokenServer("least-probable-choice", _answers_rewritten(_least_probable_choice), "must be the most probable option"),
-        # Broken answers fail every check that decides: the answer rules refuse them all.
-        BrokenServer("probabilities-halved", _answers_rewritten(_probabilities_halved), "rule probabilities-sum: expected a sum of 1 within 0.02, got 0.5000",
+        # Broken answers fail every check that decides: the answer rules (the spec check's, named
+        # by rule, and the client's) refuse them all.
+        BrokenServer("least-probable-choice", _answers_rewritten(_least_probable_choice), "rule choice-most-probable",
+                     also_fails=BEHAVIOUR_CHECKS),
+        BrokenServer("probabilities-halved", _answers_rewritten(_probabilities_halved), "rule probabilities-sum",
                      also_fails=BEHAVIOUR_CHECKS),
     ),
     "test_determinism_the_same_request_again": (
@@ -667,7 +669,8 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      # question interference asks 8 questions too (7 beside the target)
                      also_fails=("test_question_interference",)),
         BrokenServer("answers-cut-at-the-limit", _publishing({"max_questions": 8}, _answers_cut_at(8)),
-                     "8 questions must get 8 answers in order, got 7", also_fails=("test_question_interference",)),
+                     "/body/answers: rule answers-asked: expected answers for ['q0', 'q1', 'q2', 'q3', 'q4', 'q5', 'q6', "
+                     "'q7'], got none for ['q7']", also_fails=("test_question_interference",)),
     ),
     "test_a_state_over_the_limit_is_a_413": (
         BrokenServer("state-limit-published-not-kept", _publishing({"max_state_chars": 1000}),
@@ -706,7 +709,9 @@ SERVER_TWINS: Mapping[str, tuple[BrokenServer, ...]] = {
                      "batching: state 0 alone and in a batch of 3: question 'refund' was answered p "),
         BrokenServer("batch-results-reversed", _batch_results(lambda results: results[::-1]),
                      "batching: state 0 alone and in a batch of 3: question"),
-        BrokenServer("batch-results-missing-an-answer", _batch_results_missing_an_answer, "batch result 0: no answer for question(s) ['refund']"),
+        BrokenServer("batch-results-missing-an-answer", _batch_results_missing_an_answer,
+                     "/body/results/0/answers: rule answers-asked: expected answers for ['department', 'channel', "
+                     "'urgency', 'refund'], got none for ['refund']"),
         BrokenServer("batch-read-as-one-decision", _batch_read_as_one_decision,
                      "POST /v1/systemone/batch with 3 states: expected HTTP 200, got HTTP 400"),
         BrokenServer("batch-results-one-short", _batch_results(lambda results: results[:1]),
