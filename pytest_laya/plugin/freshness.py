@@ -64,7 +64,9 @@ def check_freshness(request: pytest.FixtureRequest, run: LayaRun, path: Path) ->
         elif isinstance(found, Staleness):
             findings.append(found)
     shown = shown_path(path, request.config.rootpath)
-    rerecord = "pytest " + _quoted(request.node.nodeid) + " --laya-record --laya-url " + (
+    # Under a limit, the record command carries it: an unchanged re-record keeps its old date otherwise.
+    limit = f" --laya-max-age {run.max_age}" if run.max_age is not None else ""
+    rerecord = "pytest " + _quoted(request.node.nodeid) + " --laya-record" + limit + " --laya-url " + (
         redact_url(run.url) if run.url else "URL")
     messages = []
     for finding in findings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import shlex
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_a_cassette_recorded_400_days_ago_fails_under_max_age_180_by_name(pytest
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
         f"*cassette {CASSETTE} was recorded on {day}, 400 days ago, more than the 180 days --laya-max-age allows: "
-        f"record it again with pytest test_it.py::test_refund --laya-record --laya-url URL*",
+        f"record it again with pytest test_it.py::test_refund --laya-record --laya-max-age 180 --laya-url URL*",
         "stale cassettes:", f"  {CASSETTE}: was recorded on {day}, 400 days ago*"])
     stale = report_of(pytester.path / "report.json")["stale_cassettes"]
     assert stale == [{"test": "test_it.py::test_refund", "cassette": CASSETTE, "kind": "age", "recorded": day,
@@ -85,6 +86,20 @@ def test_re_recording_a_stale_cassette_moves_its_date_even_when_nothing_changed(
         run(pytester, "--laya-record", f"--laya-url={fake.url}", "--laya-max-age=180").assert_outcomes(passed=1)
     assert age_finding(cassette_data(path)["metadata"]["pytest_laya"], 0) is None
     run(pytester, "--laya-max-age=180").assert_outcomes(passed=1)
+
+
+def test_running_the_printed_re_record_command_makes_the_test_fresh(pytester):
+    # An unchanged re-record keeps its first date unless the limit is given: the command carries it.
+    path = _recorded(pytester)
+    _date(path, 400)
+    stale = run(pytester, "--laya-max-age", "180")
+    stale.assert_outcomes(errors=1)
+    command = re.search(r"record it again with pytest (.*?--laya-url) URL$", stale.stdout.str(), re.M)
+    assert command is not None, stale.stdout.str()
+    with FakeLayaServer(model="one") as fake:
+        run(pytester, *shlex.split(command.group(1)), fake.url).assert_outcomes(passed=1)
+    assert age_finding(cassette_data(path)["metadata"]["pytest_laya"], 0) is None
+    run(pytester, "--laya-max-age", "180").assert_outcomes(passed=1)
 
 
 def test_identity_check_flags_cassettes_from_other_weights(pytester):
