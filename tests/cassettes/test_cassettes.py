@@ -61,7 +61,8 @@ def laya_answer(request: ReceivedRequest) -> Respond:
             keys = [str(k) for k in q["criteria"]]
             probs = {k: round((1 - p) / (len(keys) - 1), 4) for k in keys[1:]}
             probs[keys[0]] = round(1 - sum(probs.values()), 4)
-            answers[qid] = {"type": "choice", "choice": keys[0], "probabilities": probs, "confidence": 0.5}
+            answers[qid] = {"type": "choice", "choice": max(probs, key=probs.__getitem__), "probabilities": probs,
+                             "confidence": 0.5}
     headers = {**common, "Server-Timing": f"inference;dur={_p(str(os.urandom(4))) * 30:.2f}",
                "X-Inference-Time-Ms": str(int(_p(str(os.urandom(4))) * 30)),
                "traceparent": f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01",
