@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -162,6 +162,7 @@ def resolve(config: pytest.Config) -> LayaRun:
     block_network = opt.laya_block_network if opt.laya_block_network is not None else config.getini("laya_block_network")
     cassette_dir = opt.laya_cassette_dir or config.getini("laya_cassette_dir") or None
     base = Path(config.inipath).parent if config.inipath and not opt.laya_cassette_dir else Path(config.invocation_params.dir)
+    _check_rootdir_not_taken_from_values(config)
     report = opt.laya_report or config.getini("laya_report") or None
     strict = opt.laya_strict if opt.laya_strict is not None else config.getini("laya_strict")
     api_key = _api_key(opt.laya_api_key, os.environ.get("LAYA_SERVED_API_KEY"))
@@ -189,6 +190,43 @@ def resolve(config: pytest.Config) -> LayaRun:
     if run.url:
         check_url(run.url, run.api_key, where=url_source, reach=run.mode in ("live", "record", "verify"))
     return run
+
+
+# Options whose value is a path: written `--opt PATH`, pytest picks the rootdir before it knows them.
+PATH_OPTIONS = ("--laya-report", "--laya-report-html", "--laya-cassette-dir")
+
+
+def _check_rootdir_not_taken_from_values(config: pytest.Config) -> None:
+    """A usage error when pytest took a space-form path option's value for a test path.
+
+    pytest chooses the rootdir (and the ini file) before plugins add their options, so the PATH of
+    `--laya-report PATH` counts as a test path there when it exists: the rootdir, node ids and the
+    report's scope change. `--laya-report=PATH` is read as one token and never counts.
+    """
+    import inspect
+
+    from _pytest.config.findpaths import determine_setup
+
+    args = list(config.invocation_params.args)
+    given = [(flag, args[i + 1]) for i, flag in enumerate(args[:-1]) if flag in PATH_OPTIONS]
+    here = Path(config.invocation_params.dir)
+    taken = [(flag, value) for flag, value in given if (here / value).exists()]
+    if not taken:
+        return
+    known = config.known_args_namespace
+    settings: dict[str, Any] = {
+        "inifile": getattr(known, "inifilename", None), "override_ini": getattr(known, "override_ini", None),
+        "args": list(getattr(known, "file_or_dir", None) or []),
+        "rootdir_cmd_arg": getattr(known, "rootdir", None) or None, "invocation_dir": here}
+    accepted = inspect.signature(determine_setup).parameters
+    rootpath = determine_setup(**{name: value for name, value in settings.items() if name in accepted})[0]
+    if Path(rootpath).resolve() == Path(config.rootpath).resolve():
+        return
+    flag, value = taken[0]
+    raise pytest.UsageError(
+        f"{flag} {value}: pytest read {value}, which exists, as a test path when it chose the rootdir "
+        f"({config.rootpath} instead of {rootpath}), so node ids and the report would be wrong: "
+        f"write {flag}={value}")
 
 
 def _report_html(config: pytest.Config) -> Path | None:

@@ -102,3 +102,23 @@ def test_a_file_that_is_not_a_report_is_a_clear_error(pytester, capsys):
     status, out = _merge(pytester, capsys, "junit.json", "absent.json")
     assert status == 2
     assert "junit.json is not a pytest-laya report: it lacks 'cassettes' and 'tests'" in out.err
+
+
+def test_a_report_path_outside_the_project_in_space_form_is_a_usage_error_not_a_test_path(
+        project, tmp_path_factory):
+    # pytest picks the rootdir before it knows --laya-report: an existing PATH written apart counted
+    # as a test path there, so node ids changed and the run looked partial.
+    project.makeini("[pytest]\n")
+    report = tmp_path_factory.mktemp("reports") / "r.json"
+    run(project, "--laya-report", str(report)).assert_outcomes(passed=3)  # not there yet: no harm
+    again = run(project, "--laya-report", str(report))
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines([f"*--laya-report {report}: pytest read {report}, which exists, as a test path "
+                                f"when it chose the rootdir*write --laya-report={report}*"])
+    run(project, f"--laya-report={report}").assert_outcomes(passed=3)
+    written = report_of(report)
+    assert {test["test"] for test in written["tests"]} == {f"test_a.py::test_{n}" for n in ("one", "two", "three")}
+    assert written["unused_cassettes"] == [GONE]
+    # A path inside the project leaves the rootdir alone: the space form goes on working.
+    run(project, "--laya-report", "inside.json").assert_outcomes(passed=3)
+    run(project, "--laya-report", "inside.json").assert_outcomes(passed=3)
