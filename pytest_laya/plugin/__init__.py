@@ -19,6 +19,7 @@ import pytest
 
 from pytest_laya.plugin import interrupts, options, summary
 from pytest_laya.plugin.cassette_fixture import broken_cassette, cassette_file, cassette_location, find_shared_cassettes
+from pytest_laya.plugin.caught_errors import SECTION, caught_section, fail_swallowed
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
 from pytest_laya.plugin.routes import (
@@ -26,7 +27,6 @@ from pytest_laya.plugin.routes import (
     ROUTE,
     FromVcrConfig,
     TestRoute,
-    fail_swallowed,
     open_fake_route,
     open_test_route,
     routed,
@@ -217,6 +217,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed:
         item.stash[FAILED] = True
+        caught = caught_section(item.stash.get(OPEN_ROUTES, []), call.excinfo.value if call.excinfo else None)
+        if caught is not None:  # failed for another reason: what the code caught is shown beside it
+            report.sections.append((SECTION, caught))
     if report.when == "call":
         item.stash[CALLED] = True
     if report.skipped or report.failed:

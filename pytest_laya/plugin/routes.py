@@ -32,6 +32,7 @@ from pytest_laya.plugin.cassette_fixture import (
     claim_cassette,
     pytest_recording_clash,
 )
+from pytest_laya.plugin.caught_errors import fail_swallowed
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.handle import in_memory_fake
 from pytest_laya.plugin.markers import blocks_network, marker_options, pin_marker_answers
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.wire.exchange import Exchange
 
-__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "fail_swallowed", "open_fake_route", "open_test_route", "routed"]
+__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "open_fake_route", "open_test_route", "routed"]
 
 #: Where a test's route is kept, for the fixtures and hooks that need it; and every route the
 #: test has open (its `laya_server`'s and its `laya_fake_server`'s).
@@ -391,22 +392,6 @@ def close_test_route(request: pytest.FixtureRequest, run: LayaRun, route: TestRo
     fail_swallowed(request.node, route)
     if drift is not None and drift.drifted:
         pytest.fail(drift.report(), pytrace=False)
-
-
-def fail_swallowed(node: pytest.Item, route: TestRoute) -> None:
-    """Fail the test with the first error raised on `route` that its code caught (a service that
-    logs and carries on), unless its marker says ``caught_errors='ignore'``. Called when the test's
-    body returns, so the test itself fails, and again at teardown for what came later."""
-    if marker_options(node).get("caught_errors", "fail") != "fail":
-        return
-    swallowed = route.swallowed()
-    if not swallowed:
-        return
-    error = swallowed[0]
-    more = f"\n(and {len(swallowed) - 1} more error(s) on the same route)" if len(swallowed) > 1 else ""
-    pytest.fail(f"{type(error).__name__}: {error}\nThe code under test caught this error, so the test went on; "
-                f"it fails here all the same (a test that asserts the error itself can say "
-                f"@pytest.mark.laya(caught_errors='ignore')).{more}", pytrace=False)
 
 
 def _test_record(run: LayaRun, route: TestRoute, outcome: str | None, drift: Any) -> dict[str, Any]:

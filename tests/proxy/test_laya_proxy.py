@@ -122,6 +122,16 @@ def test_a_miss_is_answered_as_a_cassette_miss_problem_and_fails_the_test(node_p
 
 
 @needs_node
+def test_a_test_failing_for_its_own_reason_still_shows_the_miss_behind_it(node_project, monkeypatch):
+    record_from_fake(node_project)
+    monkeypatch.setenv("ASK", "Is the customer angry?")  # the service gets a cassette_miss; the test's assert fails
+    result = run(node_project)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*assert 500 == 200*", "*Laya errors the code under test caught*",
+                                 "CassetteMiss: no recorded interaction matches POST /v1/systemone*"])
+
+
+@needs_node
 def test_a_cassette_edited_to_break_the_spec_fails_the_test(node_project, monkeypatch):
     cassette = record_from_fake(node_project)
     data = yaml.safe_load(cassette.read_text())
