@@ -1,7 +1,7 @@
 """The plugin ``python -m pytest_laya check`` adds to its pytest run: the run speaks its words.
 
 - Messages that ask for the server's key name the command's ``--api-key`` (under plain pytest
-  they name ``--laya-api-key``).
+  they name ``--laya-api-key``), and those about required invariance ``--require-invariance``.
 - The header names the command and the server it checks. The run is isolated (``-c`` the null
   device, rootdir at the installed suite, ``--no-header``), so pytest's own header lines would
   show an ini file path through ``/dev/null`` and a rootdir inside site-packages; and progress
@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
-from pytest_laya.suites.server_under_test import KEY_OPTION
+from pytest_laya.suites.server_under_test import INVARIANCE_OPTION, KEY_OPTION
 
 #: The command's flag for the server's key.
 API_KEY_FLAG = "--api-key"
+#: The command's flag that requires invariance.
+INVARIANCE_FLAG = "--require-invariance"
 #: The -r the command passes: pytest's short summary off, this plugin's on.
 REPORT_CHARS = "N"
 #: How much of a reason the summary shows (the FAILURES section above has all of it).
@@ -34,6 +36,7 @@ _OUTCOMES = (("error", "ERROR"), ("failed", "FAILED"), ("xpassed", "XPASS"), ("x
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[KEY_OPTION] = API_KEY_FLAG
+    config.stash[INVARIANCE_OPTION] = INVARIANCE_FLAG
 
 
 @pytest.hookimpl(wrapper=True)

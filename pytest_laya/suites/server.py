@@ -36,6 +36,7 @@ from pytest_laya.suites.server_under_test import (
     RULE_GAPS_SECTION,
     Check,
     ServerUnderTest,
+    invariance_option,
     json_body,
     key_option,
     parse_limit_options,
@@ -98,6 +99,7 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key, key_flag=key_option(request.config))
     server.tolerance_given = request.config.getoption("laya_tolerance")
     server.require_invariance = bool(request.config.getoption("laya_require_invariance"))
+    server.invariance_flag = invariance_option(request.config)
     # Read once for the claimed spec and the limits; the health checks read it again, validated.
     first = server.send("GET", "/health", observe=False)
     refusal = server.key_refusal(first, GOOD)
@@ -223,7 +225,7 @@ def _invariance(check: Check, line: str, result: Comparison, tolerance: Toleranc
     check.measured(line + (f" (tolerance {tolerance.value:g}, required)" if required else " (reported)"))
     if required and (tolerance.exceeded_by(result.max_change) or result.changed):
         check.fail(f"{line}: past the tolerance {tolerance.describe()}, and invariance is required "
-                   "(--laya-require-invariance)")
+                   f"({check.server.invariance_flag})")
 
 
 # -- /health ------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ __all__ = [
     "CONTRACT_SECTION",
     "KEY_OPTION",
     "key_option",
+    "INVARIANCE_OPTION",
+    "invariance_option",
     "BEHAVIOUR_GAPS_SECTION",
     "RULE_GAPS_SECTION",
     "MEASURED_SECTION",
@@ -77,6 +79,8 @@ DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
 #: How this run is given the server's key, for messages (``--laya-api-key`` unless a front end,
 #: such as ``python -m pytest_laya check``, stashes its own flag here).
 KEY_OPTION = pytest.StashKey[str]()
+#: How this run asks for invariance, for messages (``--laya-require-invariance`` unless a front end stashes its own).
+INVARIANCE_OPTION = pytest.StashKey[str]()
 _BODY_SHOWN = 300
 _LINE_MAX = 220
 
@@ -138,6 +142,11 @@ def key_option(config: pytest.Config) -> str:
     return config.stash.get(KEY_OPTION, "--laya-api-key")
 
 
+def invariance_option(config: pytest.Config) -> str:
+    """The flag that requires invariance, as the user typed the command."""
+    return config.stash.get(INVARIANCE_OPTION, "--laya-require-invariance")
+
+
 def resolve_spec(chosen: str | None, first: Exchange, health: Any) -> ClaimedSpec:
     """The spec the run holds the server to: `chosen` (--laya-spec), else the one it claims.
 
@@ -176,6 +185,8 @@ class ServerUnderTest:
         self.tolerance: Any = None
         #: Whether option order and question interference fail past the tolerance (--laya-require-invariance).
         self.require_invariance = False
+        #: The flag that asked for it, for messages.
+        self.invariance_flag = "--laya-require-invariance"
         self._limits: Limits | None = None
         self.health: Any = None
         #: The status of the run's first GET /health (404: the server has none).

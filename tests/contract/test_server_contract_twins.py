@@ -107,3 +107,19 @@ def test_under_the_current_spec_naming_only_some_invalid_questions_is_a_target_g
                                      "the target names each one in errors[]"])
     if outcome == "failed":
         result.stdout.fnmatch_lines(["*POST /v1/systemone -> 422 breaks the current spec*"])
+
+
+def test_a_required_invariance_failure_names_the_flag_of_the_command_that_was_run(pytester, capsys):
+    # `check` takes --require-invariance; the pytest suite --laya-require-invariance.
+    from pytest_laya.__main__ import main
+
+    twin = SERVER_TWINS["test_option_order_invariance"][0]
+    with ScriptedServer(default=answering(twin)) as broken:
+        suite = run_suite(pytester, broken.url, twin.spec, "--laya-require-invariance", "-k", "option_order")
+        suite.stdout.fnmatch_lines(["*invariance is required (--laya-require-invariance)*"])
+        capsys.readouterr()
+        status = main(["check", broken.url, "--api-key", KEY, "--require-invariance", "--", "-k", "option_order"])
+    out = capsys.readouterr().out
+    assert status == pytest.ExitCode.TESTS_FAILED
+    assert "invariance is required (--require-invariance)" in " ".join(out.split()), out
+    assert "--laya-require-invariance" not in out
