@@ -233,14 +233,23 @@ class ServerUnderTest:
         try:
             response = self._http.request(method, self.url + path, content=body, headers=sent)
         except httpx.TransportError as exc:
-            pytest.fail(f"{method} {path}: no response from {redact_url(self.url)} within {self.timeout_s:g} s "
-                        f"({type(exc).__name__}: {self.redact(str(exc))})", pytrace=False)
+            raise pytest.fail.Exception(f"{method} {path}: {self._failed_how(exc)} "
+                                        f"({type(exc).__name__}: {self.redact(str(exc))})", pytrace=False) from None
         exchange = Exchange(method=method, url=self.url + path, path=path, status=response.status_code,
                             headers=response.headers, body=response.content, request_body=body,
                             elapsed_s=time.monotonic() - started)
         if observe:
             self.observe(exchange, defer=True)
         return exchange
+
+    def _failed_how(self, exc: httpx.TransportError) -> str:
+        """What a transport error means to the reader: a wait that ran out is not a dropped connection."""
+        url = redact_url(self.url)
+        if isinstance(exc, httpx.TimeoutException):
+            return f"no response from {url} within {self.timeout_s:g} s"
+        if isinstance(exc, httpx.ConnectError):
+            return f"could not connect to {url}"
+        return f"{url} closed the connection without a complete response"
 
     def post_at_once(self, payload: Any, count: int) -> list[Exchange]:
         """`payload` POSTed `count` times at once, each on its own thread; not observed (observe each after)."""

@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - without the reference extra
 from pytest_laya import LayaCallError, Spec
 from pytest_laya.__main__ import main, pytest_arguments
 from pytest_laya.fake import FakeLayaServer
-from pytest_laya.faults import Delay, ReceivedRequest, Respond, ScriptedServer
+from pytest_laya.faults import Delay, ReceivedRequest, ResetBeforeHeaders, Respond, ScriptedServer
 from pytest_laya.plugin import LayaRun
 from pytest_laya.specs.conformance import SpecViolationError
 from pytest_laya.suites.measures import compare, decided, describe, probability_change
@@ -531,6 +531,14 @@ def test_a_response_is_described_by_its_status_media_type_and_the_start_of_its_b
         assert answered({"content-type": "text/plain"}, b"x" * 301) == "HTTP 404 text/plain: " + "x" * 300 + "..."
         assert answered({}, b"") == "HTTP 404 no Content-Type: "
         assert answered({}, b'{"detail": "Bearer sk-described-31f0"}') == 'HTTP 404 no Content-Type: {"detail": "Bearer ***"}'
+
+
+def test_a_server_that_drops_the_connection_is_not_reported_as_a_wait_that_ran_out():
+    with ScriptedServer(default=ResetBeforeHeaders()) as dropping, held(dropping.url, timeout_s=30) as server, \
+            pytest.raises(pytest.fail.Exception) as failed:
+        server.send("GET", "/health")
+    assert str(failed.value).startswith(f"GET /health: {dropping.url} closed the connection without a complete response (")
+    assert "within" not in str(failed.value) and failed.value.__suppress_context__
 
 
 def test_a_server_that_stops_answering_fails_the_check_naming_the_request_and_the_wait():
