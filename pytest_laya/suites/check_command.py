@@ -89,7 +89,8 @@ def _summary_lines(terminalreporter: Any, word: str, stat: str, report: Any) -> 
 
 
 def _reason(report: Any) -> str:
-    """The first line of what the check said: its failure message, skip reason or gap."""
+    """The first line of what the check said (its failure message, skip reason or gap), with the
+    lines it introduces when it ends in a colon (a spec check's violations)."""
     if getattr(report, "wasxfail", None):
         return str(report.wasxfail)
     longrepr = report.longrepr
@@ -98,4 +99,7 @@ def _reason(report: Any) -> str:
     else:
         crash = getattr(longrepr, "reprcrash", None)
         text = crash.message.removeprefix("Failed: ") if crash is not None else str(longrepr or "")
-    return next((line for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return " ".join(lines) if lines[0].endswith(":") else lines[0]

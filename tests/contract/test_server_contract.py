@@ -794,6 +794,30 @@ def test_a_failed_check_is_named_with_its_reason_in_80_columns_and_the_servers_b
     assert "\x00" not in out and "\x1b[31mred" not in out and "server.py" not in out
 
 
+def test_a_spec_failure_in_check_summary_shows_its_violations_not_only_the_line_that_introduces_them(pytester,
+                                                                                                      monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    fake = FakeLayaServer()
+
+    def noul_out_of_range(request: ReceivedRequest) -> Respond:
+        response = fake.normal_response(request)
+        if request.path == "/v1/systemone" and response.status == 200:
+            body = json.loads(json.dumps(response.body))  # a copy: the fake's own answer stays as it is
+            for answer in body["answers"].values():
+                if answer.get("type") == "noul":
+                    answer["noul"] = 1.5
+            return Respond(200, body, headers=response.headers)
+        return response
+
+    with ScriptedServer(default=noul_out_of_range) as broken:
+        result = pytester.runpytest_subprocess(*pytest_arguments(broken.url, extra=["-k", "every_question_in_order"]))
+    summary = result.stdout.str().split("short test summary info")[1].splitlines()[1:]
+    assert summary[0].endswith("FAILED test_a_decision_answers_every_question_in_order")
+    reason = " ".join(line.strip() for line in summary[1:] if not line.startswith("="))
+    assert reason == "POST /v1/systemone -> 200 breaks the target spec (1 violation): /body/answers/refund/noul: expected <= 1, got 1.5"
+    assert all(len(line) <= 80 for line in summary)
+
+
 def test_check_help_shows_the_pytest_passthrough(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["check", "--help"])
