@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.health import Health
     from pytest_laya.wire.identity import ServedIdentity
 
-__all__ = ["LayaServer", "in_memory_fake", "skip_scripted_faults"]
+__all__ = ["LayaServer", "answered_by_a_fault", "in_memory_fake", "skip_scripted_faults"]
 
 
 def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
@@ -38,15 +38,19 @@ def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
         return
 
     def unless_scripted(exchange: Exchange) -> None:
-        sent = exchange.request_body
-        for call in reversed(fake.calls):
-            if call.content == sent:
-                if call.fault is not None:
-                    return
-                break
-        observer(exchange)
+        if not answered_by_a_fault(fake, exchange):
+            observer(exchange)
 
     laya.observer = unless_scripted
+
+
+def answered_by_a_fault(fake: FakeLayaServer, exchange: Exchange) -> bool:
+    """Whether the fake's answer to `exchange` was a fault the test scripted (its latest call with that body)."""
+    sent = exchange.request_body
+    for call in reversed(fake.calls):
+        if call.content == sent:
+            return call.fault is not None
+    return False
 
 
 def in_memory_fake(request: pytest.FixtureRequest, route: TestRoute) -> Any:

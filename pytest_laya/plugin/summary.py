@@ -142,7 +142,7 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
         tr.line(f"{section}:")
         for line in lines:
             tr.line(f"  {line}")
-    if detailed and run.notes and report["conformance"]:
+    if detailed and report["conformance"]:
         tr.line("conformance (each server's responses, against each spec):")
     for row in report["conformance"] if detailed else ():
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "

@@ -4,7 +4,8 @@ is no violation; a test that made no Laya call needs no cassette."""
 
 from __future__ import annotations
 
-from tests.helpers.pytester_runs import TEST_DECIDE, run
+from pytest_laya.__main__ import main
+from tests.helpers.pytester_runs import TEST_DECIDE, report_of, run
 
 pytest_plugins = ["pytester"]
 
@@ -44,3 +45,29 @@ def test_nothing_asked(laya_server):
     result = run(pytester)
     result.assert_outcomes(passed=1)
     assert "missing" not in result.stdout.str()
+
+
+def test_a_scripted_fault_is_no_violation_in_the_table_the_report_or_its_merge(pytester, capsys):
+    # laya_server.fail(503) answers as the target spec says, which the current spec does not know:
+    # the test's own fault counts against neither, in every place that counts violations.
+    pytester.makepyfile(test_it=SCRIPTED)
+    verbose = run(pytester, "--laya-mode=fake", "-v", "--laya-report=r.json")
+    verbose.assert_outcomes(passed=1)
+    verbose.stdout.fnmatch_lines(["conformance (each server's responses, against each spec):",
+                                  "  fake http://127.0.0.1:* current  operations 1/1, *0 violations in 1 responses",
+                                  "  fake http://127.0.0.1:* target   operations 1/1, *0 violations in 1 responses"])
+    report = report_of(pytester.path / "r.json")
+    assert [row["violations"] for row in report["conformance"]] == [0, 0]
+    pytester.chdir()
+    capsys.readouterr()
+    assert main(["report", "merge", "r.json", "--out", "merged.json"]) == 0
+    assert ", 0 violations," in capsys.readouterr().out
+
+
+def test_the_conformance_rows_have_their_heading(pytester):
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    verbose = run(pytester, "--laya-mode=fake", "-v")
+    verbose.stdout.fnmatch_lines(["cassettes: none used", "conformance (each server's responses, against each spec):",
+                                  "  fake http://127.0.0.1:* current  operations */*, 0 violations in * responses",
+                                  "  fake http://127.0.0.1:* target   operations */*, 0 violations in * responses"],
+                                 consecutive=True)
