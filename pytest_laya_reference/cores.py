@@ -12,7 +12,7 @@ threads meet at a barrier after each one, and OpenMP's waiting threads spin, so 
   with libgomp's default spinning, and still slower with the spinning capped; independent
   one-thread passes just share what is left.
 
-The figures are in docs/benchmarks.md ("The fix"), with the commands.
+The figures are in docs/benchmarks.md ("The figures behind the engine's constants"), with the commands.
 
 So ``CorePool`` runs up to ``cores`` passes at once, one thread each, and gives a pass more threads
 only when it is large enough to feed them (``TOKENS_PER_THREAD`` padded tokens per thread) and
@@ -44,12 +44,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 #: Padded tokens of a pass per torch thread it may get: a row at laya's default window (512)
-#: feeds two threads, one of 145 tokens (or two, 290) does not (docs/benchmarks.md, "The fix").
+#: feeds two threads, one of 145 tokens (or two, 290) does not (docs/benchmarks.md,
+#: "The figures behind the engine's constants").
 TOKENS_PER_THREAD = 256
 
 #: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000): the least
 #: of those measured that keeps a two-thread pass near one thread's time on a busy machine
-#: (docs/benchmarks.md, "The fix").
+#: (docs/benchmarks.md, "The figures behind the engine's constants").
 SPINCOUNT = "1000"
 
 
