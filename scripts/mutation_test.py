@@ -8,7 +8,7 @@ the tests that reach it, in one forked worker. A mutant is *killed* when a test 
 *survived* when they all pass; the score is killed / (killed + survived + timeout + suspicious);
 mutants no chosen test reaches count as *no tests* and against the score too.
 
-docs/testing.md records the scores, the command and every survivor with its reason.
+docs/testing.md gives the commands and the latest score of each module.
 
 Usage (from the repository root; long, so nice it on a shared machine)::
 
