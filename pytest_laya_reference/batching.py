@@ -1,34 +1,17 @@
 """Micro-batching of decisions, with inference off the event loop.
 
-``MicroBatcher.submit`` queues one request per caller. A single dispatcher task collects, per
-model, the requests that arrive within ``window_ms`` of the first one waiting and hands them to
-``Engine.predict`` as one call on a worker thread, so the event loop keeps answering while torch
-computes (between the GIL's switches: laya's Python steps hold it). At most ``passes`` batches run at once, each on its own
-thread; everything that arrives while they run waits for the next free one, so under load
-batches fill up on their own and the window only costs latency when the server is idle.
+``MicroBatcher.submit`` queues one request per caller; one dispatcher task collects, per model,
+what arrives within ``window_ms`` (or while the passes are busy) and runs it as one
+``Engine.predict`` call on a worker thread, at most ``passes`` batches at once. A batch takes at
+most ``max_batch`` requests and no more than ``ceil(waiting / free passes)``, so every pass has
+work under load.
 
-A batch takes at most ``max_batch`` requests, and no more than its share of those waiting
-(``ceil(waiting / free passes)``), so that under load every pass has work: the engine shares the
-cores among the forward passes of all batches running (``pytest_laya_reference.cores``), and two
-batches at once let one batch's Python (tokenising, decoding) run while the other's forward
-passes compute.
+Outcomes are per caller: a batch that raises ``ValueError`` (laya rejected a question) is re-run
+one request at a time (those results report ``batch_size=1``), so only the offending callers get
+the error; any other exception is every caller's. A cancelled caller is dropped, or its result
+discarded. The queues hold only callers still waiting; admission control is the app's job.
 
-Outcomes are per caller:
-
-* A batch that raises ``ValueError`` (laya rejected a question or a state/question combination) is
-  re-run one request at a time, so only the offending callers get the ``ValueError`` and their
-  batch-mates get their answers. Those re-run results report ``batch_size=1`` and their own
-  ``queue_ms``/``infer_ms``.
-* Any other exception (``KeyError`` for an unknown model, an inference failure) is what every
-  caller of that batch gets: it is the batch's outcome.
-* A caller that is cancelled (client gone) is dropped from the queue; if its batch is already
-  running, its result is discarded and the others are unaffected.
-
-Nothing here grows beyond what callers submitted: the queues hold exactly the callers still
-waiting. Admission control (how many may wait) is the app's job.
-
-Heavy imports: none. This module imports ``pytest_laya_reference.engine`` for types only, which
-imports no torch either.
+No heavy imports (``pytest_laya_reference.engine`` for types only).
 """
 
 from __future__ import annotations

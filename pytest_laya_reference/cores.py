@@ -1,31 +1,17 @@
 """How many forward passes run at once, and on how many torch threads: a budget of cores.
 
-A forward pass of the tiny checkpoint is a few dozen small matrix products. torch's intra-op
-threads meet at a barrier after each one, and OpenMP's waiting threads spin, so on 2 cores
-(measured with ``bench/profile_reference_server.py``):
+``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
+threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
+free: ``min(free // passes waiting, tokens // TOKENS_PER_THREAD)``, at least 1, taken at the
+start and given back at the end. A pass flagged ``alone`` waits for every core and takes them
+all. Never more than ``cores`` threads compute at once.
 
-- two passes side by side on one thread each finish more rows per second than one pass on two
-  threads (no barriers), and a request's rows split into two such passes finish sooner; a row of
-  fewer than about 500 tokens gains nothing from a second thread;
-- a pass on two threads, once anything else wants a core, waits at each barrier for a thread the
-  kernel has descheduled: with other processes busy, 2 threads ran several times slower than 1
-  with libgomp's default spinning, and still slower with the spinning capped; independent
-  one-thread passes just share what is left.
-
-The figures are in docs/benchmarks.md ("The figures behind the engine's constants"), with the commands.
-
-So ``CorePool`` runs up to ``cores`` passes at once, one thread each, and gives a pass more threads
-only when it is large enough to feed them (``TOKENS_PER_THREAD`` padded tokens per thread) and
-cores are free: a pass's share is ``min(free // passes waiting to start, tokens //
-TOKENS_PER_THREAD)``, at least 1, taken when it starts and given back when it ends; a pass waits
-while no core is free. Never more threads than ``cores`` compute at once. A pass flagged
-``alone`` (a row too long to run beside another, memory-wise) waits for every core and takes
-them all, and the passes behind it wait for it. Shares apply per thread: with torch's OpenMP
-backend, ``torch.set_num_threads`` sets the calling thread's own team size (and MKL's), so each
-worker sets its own before a pass.
-
-The command line caps OpenMP's spinning (``bound_openmp_spinning``) before torch loads, so the
-multi-thread passes (long rows, large machines) do not collapse when the machine is shared.
+For a maintainer: with torch's OpenMP backend ``torch.set_num_threads`` sets the calling
+thread's own team size, so each worker sets its own before a pass. One-thread passes side by side
+beat one pass on two threads here (no barriers), and a multi-thread pass collapses when another
+process takes a core unless OpenMP's spinning is capped: the command line calls
+``bound_openmp_spinning`` before torch loads. Figures and commands: docs/benchmarks.md, "The
+figures behind the engine's constants".
 
 Heavy imports: torch, inside a pass only.
 """

@@ -1,65 +1,26 @@
 """Real Laya inference for the reference server, with no HTTP in it.
 
-``LayaEngine`` loads each configured checkpoint with laya 0.4.15 and answers decisions on it. The
-app (``pytest_laya_reference.app``) and the micro-batcher (``pytest_laya_reference.batching``) only see the
+``LayaEngine`` loads each configured checkpoint with laya 0.4.15 into one ``laya.Router`` (as
+laya-serve does) and answers batches in packed forward passes (``pytest_laya_reference.packing``),
+on a ``pytest_laya_reference.cores.CorePool``. The app and the micro-batcher see only the
 ``Engine`` protocol below, so a test can stand a fake in for it.
 
-Which laya entry point, and why
--------------------------------
-laya-serve 0.4.15 builds a ``laya.Router`` from its environment (``LAYA_EXTRA_MODELS`` registers
-local checkpoints by name) and answers ``POST /v1/systemone`` with
-``router.predict(state, questions, model=name)``, which routes (an explicit ``model=`` skips
-language detection) and calls ``Agent.system_one``, which is ``Agent.predict_batch([state], ...)``.
-Its ``/v1/systemone/batch`` calls ``router.predict_batch(requests)``. The in-process entry point
-``laya.load(dir).predict`` is ``Agent.system_one`` as well (``Agent.predict = system_one``). So
-all of them end in ``Agent.predict_batch``, and on the tiny checkpoint they give identical numbers
-(not merely close ones: the answer dicts compare equal). The one thing the Router adds is a
-detected ``lang`` passed down to the agent, which only changes numbers when the agent carries
-``lang_temperatures``; laya-serve never sets them, and neither does this engine.
+For a maintainer:
 
-This engine does what laya-serve does: it builds one ``Router(models={name: source})`` (a local
-directory, a hub id, or a laya registry name such as ``multilingual``; hub ids go through laya's
-normal ``Agent`` -> ``snapshot_download`` path, pinned by ``revisions`` when given), warms each
-checkpoint with ``Router.predict_batch`` and an explicit ``model=``, and answers batches in
-packed forward passes (below), falling back to ``Router.predict_batch`` where those disagree.
+- laya-serve, ``laya.load(dir).predict`` and ``Router.predict_batch`` all end in
+  ``Agent.predict_batch``; on the tiny checkpoint their answers compare equal. The Router's only
+  extra, a detected ``lang``, changes nothing without ``lang_temperatures``, which neither
+  laya-serve nor this engine sets.
+- The packed path uses laya's private steps; ``load()`` checks it against
+  ``Router.predict_batch`` on probe decisions per checkpoint and falls back to laya's path where
+  they differ (``packed``). Answers are a single request's within ``ANSWER_TOLERANCE`` (1e-4).
+- The thread budget: ``threads=N``; ``threads=0`` leaves torch alone; else ``LAYA_THREADS``;
+  ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` set leaves torch alone; else every usable core.
+- Nothing global such as ``HF_HUB_OFFLINE`` is set: a complete local checkpoint never reaches
+  huggingface_hub (the tests refuse every ``socket.connect`` while loading and predicting).
+- torch, transformers and laya are imported inside methods only.
 
-Batching: passes shared by any requests
----------------------------------------
-``Router.predict_batch`` runs one ``Agent.predict_batch`` per distinct question set (laya groups
-requests by its order-sensitive schema key), so on its own it shares a forward pass only among
-requests that ask the same questions. laya scores one model row per (state, question) and rows
-never see each other, so this engine packs the rows of a whole batch itself
-(``pytest_laya_reference.packing``): requests with different question sets share passes, passes hold
-about 2,000 tokens each (cheapest per row on a CPU, and memory stays bounded however large the
-batch), and a request alone on an idle server runs its rows side by side on every core. It
-uses laya's private ``_encode_state``/``collate_items``/``_forward``/``_decode_answers``, the steps
-``predict_batch`` is made of, so ``load()`` checks the packed path against laya's own
-``Router.predict_batch`` on each checkpoint (answers and usage equal) and falls back to laya's
-path for a checkpoint where they differ (``packed`` says which). Results come back in request
-order; each answer is the single request's within ``ANSWER_TOLERANCE`` (1e-4): a row's logits
-depend, in the last bits of float32 (about 1e-6), on the shape of the pass it runs in (rows beside
-it, padding, torch threads), and laya rounds probabilities to 4 decimals, so a value near a
-rounding boundary moves by one step of its last digit. Running every row alone on one thread
-would make them equal at about half the throughput (docs/reference-server.md, "Batching").
-
-Threads
--------
-Forward passes run on a ``pytest_laya_reference.cores.CorePool``: up to a budget of cores of them at
-once, one torch thread each unless a pass is large enough to feed more and cores are free, so
-torch never computes on more threads than the budget (the module says why one thread each). The budget: an explicit ``threads=N``;
-``threads=0`` leaves torch alone (up to ``passes`` passes at once, torch's own thread count);
-otherwise ``LAYA_THREADS`` (the same knob laya-serve honours) if set; ``OMP_NUM_THREADS`` or
-``MKL_NUM_THREADS`` set leaves torch alone; otherwise every core the process may use. Inter-op
-threads are left alone.
-
-Offline
--------
-Nothing global is set (no ``HF_HUB_OFFLINE``): a complete local checkpoint directory never reaches
-huggingface_hub, which the tests check by refusing every ``socket.connect`` while loading and
-predicting.
-
-Heavy imports (torch, transformers, laya) happen only inside methods, so importing this module is
-cheap and imports no torch.
+docs/reference-server.md ("Inference") has the design.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A large request allocates hundreds of MB that Python, the tokenizer and torch free as soon as
 it is answered (a million-character `instructions` tokenizes to 500,000 tokens first), but
 glibc's malloc keeps what is freed. Three things get it back, each measured with
-`bench/load_reference_server.py` (docs/reliability.md and docs/benchmarks.md have the figures):
+`bench/load_reference_server.py` (docs/reliability.md has the figures):
 
 - `cap_malloc_arenas`: glibc gives each thread that allocates under contention its own arena
   (up to 8 per core), and a worker thread's arena keeps tens of MiB that `malloc_trim` cannot

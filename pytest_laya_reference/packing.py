@@ -1,31 +1,21 @@
 """Forward passes shared by any requests, whatever their question sets: laya's rows, packed.
 
-laya scores a request as one model row per question: ``Agent._encode_state`` tokenizes the state
-once and builds, per question, a sequence of the state's tokens and that question's head
-(``build_sequence``); ``collate_items`` pads rows to one tensor; ``Agent._forward`` runs the model;
-``Agent._decode_answers`` turns a request's rows into its answers. The rows of a tensor never
-see each other (attention is masked per row, the head reads each row's own markers), so any rows
-may share a pass: the rows of requests with different question sets, or part of one request's
-rows. ``Agent.predict_batch`` only shares a pass among states with one question set; this module
-does the same steps over the rows of a whole batch:
+laya scores a request as one model row per question, and the rows of a pass never see each
+other, so any rows may share a pass. This module runs laya 0.4.15's own steps over the rows of a
+whole batch:
 
-1. encode each request as laya does (``_check_question``, ``_to_internal``, ``_encode_state`` with
-   the request's own ``max_len``/``head_max_len``), inside laya's question-token cache scope;
+1. encode each request as laya does (``_check_question``, ``_to_internal``, ``_encode_state``
+   with its own ``max_len``/``head_max_len``), inside laya's question-token cache scope;
 2. sort the rows by length and cut them into passes of at most ``pass_tokens`` padded tokens
-   (one row at least), and into at least ``lanes`` passes when the caller has that many cores to
-   fill (a request alone on an idle server runs its rows side by side, one thread each);
+   (one row at least), and into at least ``lanes`` passes when that many cores are free;
 3. run the passes (``run``: the caller's ``CorePool``);
 4. decode each request from its rows and count its ``usage`` as ``Agent.predict_batch`` does.
 
-Why a cap on tokens per pass: on one core, the forward pass costs least per row at about 2,000
-tokens a pass (4 rows of 512 tokens, 8 to 16 of 100-250); much larger passes cost more per row
-and hold far more memory (the masks are rows x tokens x tokens; figures in docs/benchmarks.md,
-"The fix"). Sorting keeps padding small when lengths differ.
-
-This uses laya's private methods, which ``Agent.predict_batch`` is made of; laya is pinned
-(0.4.15), and ``LayaEngine.load`` checks this path against laya's own ``Router.predict_batch`` on
-every checkpoint before serving, answering through laya's path instead when they differ.
-``usage`` follows laya 0.4.15's ``predict_batch`` line for line.
+For a maintainer: these are laya's private methods, pinned to 0.4.15; ``usage`` follows its
+``predict_batch`` line for line, and ``LayaEngine.load`` checks this path against
+``Router.predict_batch`` (``PROBES``, ``packed_disagrees``) before serving. The token cap keeps
+a pass at its cheapest per row and its memory bounded (docs/benchmarks.md, "The figures behind
+the engine's constants").
 
 Heavy imports: numpy, torch and laya, inside functions only.
 """

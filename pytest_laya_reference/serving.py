@@ -1,33 +1,13 @@
 """Serve an ASGI app with uvicorn, with the connection limits uvicorn lacks.
 
-uvicorn bounds what happens after a request head arrives (keep-alive timeout, an h11 head-size
-limit, `limit_concurrency`), but not the connections themselves. A connection that never
-finishes its request head has no timer at all, and there is no cap on open connections, so
-about 20,000 idle sockets exhaust the file descriptors. asyncio's accept loop then logs one
-traceback per `accept()` attempt (up to the listen backlog, 2,048, per loop turn) and retries
-every second, while `/livez` and every decision time out.
+``HardenedServer`` adds a cap on open connections (at the cap a new connection closes the one
+longest waiting for a request head with no unread bytes, or is reset when all are busy), a
+request-head timeout, and its own accept loop (a bounded batch per loop turn; on ``accept()``
+failures one log line, the idlest connections closed, backoff up to a second).
+``ServerThread`` runs the same server on a loopback port in a background thread (tests,
+benchmarks, the plugin's fixture); the command line runs it in the foreground.
 
-`HardenedServer` adds what nginx deployments have (`client_header_timeout`,
-`worker_connections`, reusable-connection draining, accept-error backoff):
-
-- **A cap on open connections** (`ServerSettings.max_connections`). At the cap, a new
-  connection closes the one that has waited longest for a request head and has no unread bytes
-  (a client whose request is in the kernel's buffer, not yet read, is not idle); when every
-  connection is busy, the new connection is closed at once (a reset). A legitimate client,
-  which sends its request as soon as it connects, is therefore served during a flood of idle
-  connections.
-- **A request-head timeout** (`head_timeout_s`): a connection must deliver a whole request head
-  within that many seconds of opening, or of its previous response ending; otherwise it is
-  closed. (uvicorn's keep-alive timeout, `keep_alive_timeout_s`, still closes a connection that
-  sends nothing at all after a response.)
-- **Its own accept loop**, which accepts a bounded batch per loop turn (so `/livez` and other
-  callbacks run between batches) and, when `accept()` fails (EMFILE, ENFILE, ENOBUFS, ...),
-  logs once, closes the connections longest idle to free descriptors, and backs off
-  exponentially up to a second; one more line says when accepting works again.
-
-`ServerThread` runs an app this way on a loopback port in a background thread (tests,
-benchmarks, the plugin's fixture); the command line (`python -m pytest_laya_reference`) runs the very
-same server in the foreground.
+Why each limit exists, and how a client sees it: docs/reference-server.md, "Connections".
 """
 
 from __future__ import annotations
