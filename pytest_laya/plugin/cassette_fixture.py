@@ -13,6 +13,7 @@ use is refused.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, conf
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["broken_cassette", "cassette_file", "uses_a_cassette",
+__all__ = ["broken_cassette", "cassette_file", "cassette_files", "uses_a_cassette",
            "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
@@ -89,18 +90,24 @@ def uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
     return marker_options(item).get("server") != "fake"
 
 
+def cassette_files(items: list[pytest.Item], run: LayaRun) -> Iterator[tuple[pytest.Item, Path]]:
+    """Each collected test that will use a cassette file, with that file (a test whose marker is
+    bad is left out: its setup reports it)."""
+    for item in items:
+        if not uses_a_cassette(item, run):
+            continue
+        try:
+            yield item, cassette_file(*cassette_location(item, run))
+        except pytest.UsageError:
+            continue
+
+
 def find_shared_cassettes(config: pytest.Config, items: list[pytest.Item], run: LayaRun) -> None:
     """After collection: note every test whose cassette file another collected test uses too, or
     would use on a case-insensitive disk (macOS, Windows): names that differ only in case."""
     users: dict[str, list[pytest.Item]] = {}
     files: dict[str, set[Path]] = {}
-    for item in items:
-        if not uses_a_cassette(item, run):
-            continue
-        try:
-            path = cassette_file(*cassette_location(item, run))
-        except pytest.UsageError:
-            continue  # a bad marker: the test's setup reports it
+    for item, path in cassette_files(items, run):
         key = os.path.normcase(str(path)).casefold()
         users.setdefault(key, []).append(item)
         files.setdefault(key, set()).add(path)

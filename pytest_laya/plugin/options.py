@@ -258,15 +258,21 @@ def _store(config: pytest.Config) -> object:
     return CassetteStore(url, writable=bool(write))
 
 
+def _given(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """``--laya-<name>``'s value, else the ini key ``laya_<name>``'s text (None where neither is
+    given), and where it came from, for a usage error."""
+    value = getattr(config.option, f"laya_{name}")
+    if value is not None:
+        return value, "--laya-" + name.replace("_", "-")
+    text = str(config.getini(f"laya_{name}") or "").strip()
+    return text or None, f"laya_{name} = {text!r} in the ini file"
+
+
 def _max_age(config: pytest.Config) -> int | None:
     """--laya-max-age, else the ini key, else None; a bad value is a usage error."""
-    text = config.option.laya_max_age
-    where = "--laya-max-age"
+    text, where = _given(config, "max_age")
     if text is None:
-        text = str(config.getini("laya_max_age") or "").strip()
-        where = f"laya_max_age = {text!r} in the ini file"
-        if not text:
-            return None
+        return None
     try:
         days = int(str(text).strip())
     except ValueError:
@@ -300,17 +306,13 @@ def _verify_tolerance(config: pytest.Config) -> float:
     """--laya-verify-tolerance, else the ini key, else the default; a bad value is a usage error."""
     from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE
 
-    value = config.option.laya_verify_tolerance
-    where = "--laya-verify-tolerance"
+    value, where = _given(config, "verify_tolerance")
     if value is None:
-        text = str(config.getini("laya_verify_tolerance") or "").strip()
-        if not text:
-            return DEFAULT_TOLERANCE
-        where = f"laya_verify_tolerance = {text!r} in the ini file"
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+        return DEFAULT_TOLERANCE
+    try:
+        value = float(value)
+    except ValueError:
+        value = math.nan
     if not (value >= 0 and math.isfinite(value)):
         raise pytest.UsageError(f"{where}: the verify tolerance must be a number >= 0, e.g. 1e-4")
     return float(value)
@@ -326,13 +328,9 @@ def _max_cassette_bytes(config: pytest.Config) -> int:
 
     from pytest_laya.cassettes.disk import DEFAULT_SIZE_LIMIT
 
-    text = config.option.laya_max_cassette_size
-    where = "--laya-max-cassette-size"
+    text, where = _given(config, "max_cassette_size")
     if text is None:
-        text = str(config.getini("laya_max_cassette_size") or "").strip()
-        if not text:
-            return DEFAULT_SIZE_LIMIT
-        where = f"laya_max_cassette_size = {text!r} in the ini file"
+        return DEFAULT_SIZE_LIMIT
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = found.group(2).lower() if found else ""
     if found is None or unit not in _SIZE_UNITS or float(found.group(1)) * _SIZE_UNITS[unit] < 1:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, uses_a_cassette
+from pytest_laya.plugin.cassette_fixture import cassette_files
 from pytest_laya.plugin.run import LayaRun
 
 __all__ = ["fail_unfetched", "fetch_missing", "store_recorded"]
@@ -39,13 +39,7 @@ def fetch_missing(config: pytest.Config, items: list[pytest.Item], run: LayaRun)
 
     unfetched: dict[Path, str] = {}
     failure: str | None = None
-    for item in items:
-        if not uses_a_cassette(item, run):
-            continue
-        try:
-            path = cassette_file(*cassette_location(item, run))
-        except pytest.UsageError:
-            continue  # a bad marker: the test's setup reports it
+    for _, path in cassette_files(items, run):
         if path in unfetched or path.is_file():
             continue
         key = _key(run, path, config.rootpath)
