@@ -135,10 +135,16 @@ class Scrubber:
     def _hidden_in(self, value: str) -> bool:
         return self.text(value) != value
 
+    def whole(self, value: str) -> str:
+        """`value` as a cassette stores it: `REDACTED` as a whole if a secret stands in it (as
+        `text` finds one), else unchanged. Never a part of a value: what is left around a
+        secret is not kept, so no substring is rewritten and nothing hints at its length."""
+        return REDACTED if self._secrets and self._hidden_in(value) else value
+
     def _json_secret(self, path: JsonPath, value: Any) -> Any:
         if not isinstance(value, str) or is_name(path):
             return KEEP
-        scrubbed = self.text(value)
+        scrubbed = self.whole(value)
         return KEEP if scrubbed == value else scrubbed
 
     def data(self, value: bytes, *, volatile: bool = False) -> bytes:
@@ -159,13 +165,12 @@ class Scrubber:
         try:
             text = value.decode("utf-8")
         except UnicodeDecodeError:
-            for form in inner if secrets else ():
-                value = value.replace(form.encode("utf-8"), REDACTED.encode("utf-8"))
-            return value
+            hidden = secrets and any(form.encode("utf-8") in value for form in inner)
+            return REDACTED.encode("utf-8") if hidden else value
         rule = self._json_secret if not volatile else volatile_value if not secrets else self._json_both
         spliced = splice(text, rule)
         if spliced is None:
-            spliced = self.text(text) if secrets else text
+            spliced = self.whole(text) if secrets else text
         return value if spliced == text else spliced.encode("utf-8")
 
     def _json_both(self, path: JsonPath, value: Any) -> Any:
@@ -188,14 +193,16 @@ class Scrubber:
                 if replaced is None:
                     continue
                 value = quote_plus(str(replaced))
-            name, value = self.text(name), self.text(value)
+            name, value = self.whole(name), self.whole(value)
             if self._secrets and (self._hidden_in(unquote_plus(name)) or self._hidden_in(unquote_plus(value))):
-                name, value = quote_plus(self.text(unquote_plus(name))), quote_plus(self.text(unquote_plus(value)))
+                name, value = quote_plus(self.whole(unquote_plus(name))), quote_plus(self.whole(unquote_plus(value)))
             parts.append(name + eq + value)
         return path, "&".join(parts)
 
     def _path(self, path: str) -> str:
-        return "/".join(self.text(segment) for segment in self.text(path).split("/"))
+        scrubbed = "/".join(self.whole(segment) for segment in path.split("/"))
+        # A secret with a "/" in it spans segments: the path is then the smallest whole value.
+        return "/" + REDACTED if self._hidden_in(scrubbed) else scrubbed
 
     def shown_target(self, uri: str, headers: Any = None) -> str:
         """A request's path and query as a message may show them: filtered query parameters read
@@ -312,7 +319,7 @@ class Scrubber:
                 value = RECORDED_REQUEST_ID
             elif lower == "traceparent":
                 value = RECORDED_TRACEPARENT
-            headers[lower] = self.text(value)
+            headers[lower] = self.whole(value)
         split = urlsplit(request.uri)
         body = self._post_data(body_bytes(request.body), headers.get("content-type", ""), request)
         path, query = self.target(split.path or "/", split.query, request)
@@ -340,7 +347,7 @@ class Scrubber:
             response["body"] = body
         status = response.get("status")
         if isinstance(status, dict) and isinstance(status.get("message"), str):
-            status["message"] = self.text(status["message"])
+            status["message"] = self.whole(status["message"])
         kept: dict[str, list[str]] = {}
         for name, values in original.items():
             lower = name.lower()
@@ -352,7 +359,7 @@ class Scrubber:
             if lower not in RESPONSE_HEADERS:
                 continue
             values = values if isinstance(values, list) else [values]
-            cleaned = [self.text(str(v)) for v in values]
+            cleaned = [self.whole(str(v)) for v in values]
             if lower == "x-request-id":
                 cleaned = [RECORDED_REQUEST_ID]
             elif lower == "traceparent":
