@@ -220,7 +220,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         caught = caught_section(item.stash.get(OPEN_ROUTES, []), call.excinfo.value if call.excinfo else None)
         if caught is not None:  # failed for another reason: what the code caught is shown beside it
             report.sections.append((SECTION, caught))
-    if report.when == "call":
+    if report.when == "call" and not report.skipped:  # a test that skipped itself (or xfailed) did not complete
         item.stash[CALLED] = True
     if report.skipped or report.failed:
         # Skipped or broken, perhaps before reaching its cassette (or before asking for laya_url

@@ -32,7 +32,8 @@ __all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "LayaRun", "WORKEROUTPUT_KEY"]
 CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded", "broken", "unsaved", "fetched",
                    "stored")
 
-#: Set on a test's stash once any of its phases failed, and once its call phase ran.
+#: Set on a test's stash once any of its phases failed, and once its call phase ran to its end
+#: (not skipped, not xfailed): only then is what it recorded saved.
 FAILED = pytest.StashKey[bool]()
 CALLED = pytest.StashKey[bool]()
 #: The key of pytest-laya's part of an xdist worker's `workeroutput`.

@@ -78,6 +78,15 @@ def test_re_recording_says_which_answers_changed(pytester):
                                   "*/served_by/checkpoint*"])
 
 
+def test_a_test_that_skips_itself_while_recording_writes_no_cassette(pytester, server):
+    pytester.makepyfile(test_it=TEST_DECIDE.replace('    assert 0 <= decision["refund"].p <= 1',
+                                                    '    import pytest\n    pytest.skip("not today")'))
+    result = _record(pytester, server, "--laya-record", "-v")
+    result.assert_outcomes(skipped=1)
+    assert not (pytester.path / "cassettes/test_it/test_refund.yaml").exists()
+    result.stdout.fnmatch_lines(["*cassettes: 1 discarded*"])
+
+
 def test_counts_say_what_happened(pytester, server):
     pytester.makepyfile(test_it=TEST_DECIDE)
     missing = run(pytester)
