@@ -19,16 +19,14 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from pytest_laya.faults.loopback import check_loopback_host
+from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE
 
 __all__ = ["SILENCE", "IncomingRequest", "ProxyLimits", "ProxyServer", "Reply", "problem_reply"]
-
-PROBLEM_MEDIA_TYPE = "application/problem+json"
-
 
 @dataclass(frozen=True)
 class ProxyLimits:
@@ -86,7 +84,7 @@ class Reply:
 SILENCE = 0
 
 
-def problem_reply(status: int, code: str, title: str, detail: str, headers: list[tuple[str, str]] = ()) -> Reply:  # type: ignore[assignment]
+def problem_reply(status: int, code: str, title: str, detail: str, headers: Sequence[tuple[str, str]] = ()) -> Reply:
     """A problem+json answer (RFC 9457) with the kit's own `code`."""
     document = {"type": f"/problems/{code}", "title": title, "status": status, "code": code, "detail": detail}
     body = json.dumps(document).encode()
