@@ -276,7 +276,8 @@ def _only(questions: Mapping[str, Mapping[str, Any]], types: Iterable[str]) -> d
     return {qid: copy.deepcopy(dict(q)) for qid, q in questions.items() if q.get("type") in allowed}
 
 
-def _usable(requests: Sequence[SampleRequest], types: Iterable[str], wanted: str | None = None) -> list[tuple[str, Any, dict]]:
+def _usable(requests: Sequence[SampleRequest], types: Iterable[str],
+            wanted: str | None = None) -> list[tuple[str, Any, dict[str, Any]]]:
     """(id, state, questions) of each request, cut to the types the model answers."""
     out = []
     for request in requests:
@@ -346,7 +347,7 @@ class DecisionModelContract:
     def _types(self, model: Any) -> tuple[str, ...]:
         return tuple(t for t in QUESTION_TYPES if t in tuple(getattr(model, "question_types", ()) or ()))
 
-    def _requests(self, model: Any, wanted: str | None = None) -> list[tuple[str, Any, dict]]:
+    def _requests(self, model: Any, wanted: str | None = None) -> list[tuple[str, Any, dict[str, Any]]]:
         usable = _usable(self.contract_requests, self._types(model), wanted)
         if not usable:
             what = f"no {wanted} questions" if wanted else "none of the contract's questions"

@@ -392,7 +392,8 @@ def _answers(draw: st.DrawFn, asked: Mapping[str, Any], wire: Mapping[str, Any],
             pinned[qid] = draw(_distribution(list(q.option_keys)))
     fake = FakeLaya(model=model, flavor=flavor)
     fake.pin(pinned, where="pytest_laya.strategies.responses")
-    status, _, body = fake.answer({"state": state, "questions": wire})
+    status, _, answered = fake.answer({"state": state, "questions": wire})
+    body: dict[str, Any] = answered
     if status != 200:  # pragma: no cover - normalize_questions refused what the fake would
         raise ValueError(f"questions {list(wire)} cannot be answered: {body}")
     usage = body["usage"]

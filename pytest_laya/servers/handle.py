@@ -8,6 +8,7 @@ client. Live servers, the fake, the reference server and replayed cassettes all 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_laya.cassettes.scrub import RECORDED_ORIGIN
 from pytest_laya.client import ServedLayaClient
@@ -36,7 +37,7 @@ class ServerHandle:
     #: How the summary and the report name it (default: its kind and URL).
     label: str | None = None
 
-    def client(self, **kwargs) -> ServedLayaClient:
+    def client(self, **kwargs: Any) -> ServedLayaClient:
         return ServedLayaClient(self.url, api_key=self.api_key, model=self.model, **kwargs)
 
     def health(self) -> Health:

@@ -45,7 +45,7 @@ class _PortTaken(Exception):
     """The server exited because the port it was given was taken meanwhile."""
 
 
-def _stop_process(proc: subprocess.Popen, grace_s: float) -> None:
+def _stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """Terminate, then kill after `grace_s`; also the weakref finaliser, so it takes no self."""
     if proc.poll() is not None:
         return
@@ -92,9 +92,9 @@ class LayaServeProcess:
         self.startup_timeout_s = float(startup_timeout_s)
         self.python = python
         self.port: int | None = None
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[subprocess.Popen[bytes], float], LayaServeProcess] | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -185,7 +185,7 @@ class LayaServeProcess:
             self._finalizer.detach()
             self._finalizer = None
 
-    def _environment(self) -> dict:
+    def _environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
         # Relative to the server's working directory, because laya echoes the source string in
         # every answer's `routing.repo`: "./tiny" is the same on every machine and checkout,

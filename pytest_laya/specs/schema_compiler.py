@@ -159,7 +159,8 @@ def _is_integer(x: Any) -> bool:
     if t is int:
         return True
     if t is float:
-        return x.is_integer()
+        whole: bool = x.is_integer()
+        return whole
     if isinstance(x, bool):
         return False
     return isinstance(x, int) or (isinstance(x, float) and x.is_integer())
@@ -822,7 +823,7 @@ def _multiple_of(divisor: Any) -> Predicate:
     # jsonschema._keywords.multipleOf, as a predicate.
     if isinstance(divisor, float):
         def float_multiple(x: Any) -> bool:
-            quotient = x / divisor
+            quotient: float = x / divisor
             try:
                 return int(quotient) == quotient
             except OverflowError:

@@ -218,7 +218,7 @@ def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:
         return [], f"no properties beyond {sorted(known)}", _bounded(f"extra {shown}")
     if keyword == "type":
         return [], f"type {value}", f"{type(instance).__name__} {_short(instance)}"
-    words = {
+    words: dict[str, Callable[[], str]] = {
         "const": lambda: f"the value {_short(value)}",
         "enum": lambda: f"one of {_short(value)}",
         "minimum": lambda: f">= {value}",
@@ -341,7 +341,7 @@ class Spec:
 
     def _route(self, path: str) -> dict[str, Operation] | None:
         path = path.split("?", 1)[0].split("#", 1)[0] or "/"
-        found = self._routed.get(path, _UNSEEN)
+        found: dict[str, Operation] | None = self._routed.get(path, _UNSEEN)
         if found is _UNSEEN:
             found = next((ops for pattern, ops in self._routes if pattern.fullmatch(path)), None)
             if len(self._routed) >= _REMEMBERED_PATHS:  # paths with ids in them are many: stay bounded
@@ -564,7 +564,7 @@ class Spec:
     def _response(self, op: Operation, status: int) -> tuple[Mapping[str, Any], str] | None:
         """(the response definition documenting `status` for `op`, its pointer); None if none does.
         Worked out once per operation and status."""
-        found = self._responses.get((op.pointer, status), _UNSEEN)
+        found: tuple[Mapping[str, Any], str] | None = self._responses.get((op.pointer, status), _UNSEEN)
         if found is _UNSEEN:
             responses = op.definition.get("responses", {})
             key = next((k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None)

@@ -34,6 +34,7 @@ from pytest_laya.client.settings import redact_url
 from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
 from pytest_laya.specs.conformance import SpecViolationError
+from pytest_laya.suites.behaviour import Tolerance
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.wire.problems import printable
@@ -182,7 +183,7 @@ class ServerUnderTest:
         self.measurements: list[str] = []
         #: The behaviour checks' tolerance: --laya-tolerance's (None: resolved from the server), resolved once.
         self.tolerance_given: float | None = None
-        self.tolerance: Any = None
+        self.tolerance: Tolerance | None = None
         #: Whether option order and question interference fail past the tolerance (--laya-require-invariance).
         self.require_invariance = False
         #: The flag that asked for it, for messages.
