@@ -302,69 +302,24 @@ class _Compiler:
             return _false
         if not isinstance(schema, Mapping):
             raise _Unsupported
-        for key in schema:
-            if key in _UNSUPPORTED:
-                raise _Unsupported
-
-        parts: list[Predicate] = []
-        generic: list[Predicate] = []
-
-        types = schema.get("type", _MISSING)
-        type_names: list[str] | None = None
-        if types is not _MISSING:
-            names = [types] if isinstance(types, str) else types
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise _Unsupported
-            if any(n not in _TYPES for n in names):
-                raise _Unsupported
-            type_names = list(dict.fromkeys(names))
-
+        if any(key in _UNSUPPORTED for key in schema):
+            raise _Unsupported
+        type_names = _type_names(schema)
         obj = self.object_checks(schema)
         arr = self.array_checks(schema)
         txt = self.string_checks(schema)
         num = self.number_checks(schema)
-
         if type_names is not None and len(type_names) == 1:
-            only = type_names[0]
-            # One type: the type test and that type's checks become one predicate, and the
-            # other types' checks cannot apply.
-            if only == "object":
-                parts.append(_typed(dict, obj))
-            elif only == "array":
-                parts.append(_typed(list, arr))
-            elif only == "string":
-                parts.append(_typed(str, txt))
-            elif only == "number" and num is not None:
-                def number(x: Any, num: Predicate = num) -> bool:
-                    t = type(x)
-                    if t is float or t is int:
-                        return num(x)
-                    return _is_number(x) and num(x)
-
-                parts.append(number)
-            elif only in ("number", "integer"):
-                test = _TYPES[only]
-                if num is None:
-                    parts.append(test)
-                else:
-                    parts.append(lambda x, test=test, num=num: test(x) and num(x))
-            else:
-                parts.append(_TYPES[only])
+            parts = [_one_type(type_names[0], obj, arr, txt, num)]
+        elif type_names == []:
+            return _false  # `type: []` allows no type
         else:
-            if type_names is not None:
-                if not type_names:
-                    return _false
-                tests = tuple(_TYPES[n] for n in type_names)
-                parts.append(lambda x, tests=tests: any(t(x) for t in tests))
-            if obj is not None:
-                parts.append(lambda x, f=obj: not isinstance(x, dict) or f(x))
-            if arr is not None:
-                parts.append(lambda x, f=arr: not isinstance(x, list) or f(x))
-            if txt is not None:
-                parts.append(lambda x, f=txt: not isinstance(x, str) or f(x))
-            if num is not None:
-                parts.append(lambda x, f=num: not _is_number(x) or f(x))
+            parts = _any_type(type_names, obj, arr, txt, num)
+        return _all(parts + self.generic_checks(schema))
 
+    def generic_checks(self, schema: Mapping[str, Any]) -> list[Predicate]:
+        """The checks of keywords that apply to every type, in jsonschema's order."""
+        generic: list[Predicate] = []
         if "const" in schema:
             generic.append(_const(schema["const"]))
         if "enum" in schema:
@@ -384,7 +339,7 @@ class _Compiler:
             generic.append(lambda x, inner=inner: not inner(x))
         if "if" in schema:
             generic.append(self.if_then_else(schema))
-        return _all(parts + generic)
+        return generic
 
     def format(self, name: Any) -> Predicate:
         if not isinstance(name, str) or name not in self.format_checks:
@@ -408,63 +363,31 @@ class _Compiler:
     # -- per-type keyword groups (None when the schema has none of them) ---------------
 
     def object_checks(self, schema: Mapping[str, Any]) -> Predicate | None:
-        checks: list[Predicate] = []
-        if "required" in schema:
-            required = schema["required"]
-            if not isinstance(required, list):
-                raise _Unsupported
-            try:
-                names = frozenset(required)
-            except TypeError:
-                raise _Unsupported from None
-            if names:
-                checks.append(lambda x, names=names: x.keys() >= names)
-        if "minProperties" in schema:
-            low = _count_value(schema["minProperties"])
-            checks.append(lambda x, low=low: len(x) >= low)
-        if "maxProperties" in schema:
-            high = _count_value(schema["maxProperties"])
-            checks.append(lambda x, high=high: len(x) <= high)
-
-        props_given = "properties" in schema
-        patterns_given = "patternProperties" in schema
-        additional_given = "additionalProperties" in schema
-        if props_given or patterns_given or additional_given:
+        checks = _object_size_checks(schema)
+        if "properties" in schema or "patternProperties" in schema or "additionalProperties" in schema:
             checks.append(self.property_checks(schema))
-
         if "propertyNames" in schema:
             names_ok = self.schema(schema["propertyNames"])
             if names_ok is not _true:
                 checks.append(lambda x, f=names_ok: all(f(k) for k in x))
         if "dependentRequired" in schema:
-            deps = schema["dependentRequired"]
-            if not isinstance(deps, Mapping) or not all(isinstance(v, list) for v in deps.values()):
-                raise _Unsupported
-            pairs = tuple((k, tuple(v)) for k, v in deps.items())
-
-            def dependent_required(x: Any) -> bool:
-                for name, needed in pairs:
-                    if name in x:
-                        for each in needed:
-                            if each not in x:
-                                return False
-                return True
-
-            checks.append(dependent_required)
+            checks.append(_dependent_required(schema["dependentRequired"]))
         if "dependentSchemas" in schema:
-            deps = schema["dependentSchemas"]
-            if not isinstance(deps, Mapping):
-                raise _Unsupported
-            dep_preds = tuple((k, self.schema(v)) for k, v in deps.items())
-
-            def dependent_schemas(x: Any) -> bool:
-                for name, pred in dep_preds:
-                    if name in x and not pred(x):
-                        return False
-                return True
-
-            checks.append(dependent_schemas)
+            checks.append(self.dependent_schemas(schema["dependentSchemas"]))
         return _all(checks) if checks else None
+
+    def dependent_schemas(self, deps: Any) -> Predicate:
+        if not isinstance(deps, Mapping):
+            raise _Unsupported
+        dep_preds = tuple((k, self.schema(v)) for k, v in deps.items())
+
+        def dependent_schemas(x: Any) -> bool:
+            for name, pred in dep_preds:
+                if name in x and not pred(x):
+                    return False
+            return True
+
+        return dependent_schemas
 
     def property_checks(self, schema: Mapping[str, Any]) -> Predicate:
         props = schema.get("properties", {})
@@ -475,143 +398,66 @@ class _Compiler:
         if not isinstance(patterns, Mapping):
             raise _Unsupported
         pattern_preds = tuple((_regex(p), self.schema(s)) for p, s in patterns.items())
-        additional = schema.get("additionalProperties", True)
-        if isinstance(additional, dict):
-            extra = self.schema(additional)
-        elif isinstance(additional, Mapping):
-            raise _Unsupported
-        else:
-            # jsonschema: `elif not aP and extras` -> falsy values forbid, truthy ones allow.
-            extra = _true if additional else _false
-
+        extra = self.additional_properties(schema.get("additionalProperties", True))
         if not pattern_preds:
-            checked = {k: p for k, p in preds.items() if p is not _true}
-            if extra is _true:
-                if not checked:
-                    return _true
-                items = tuple(checked.items())
-
-                def props_only(x: Any) -> bool:
-                    for name, pred in items:
-                        value = x.get(name, _MISSING)
-                        if value is not _MISSING and not pred(value):
-                            return False
-                    return True
-
-                # x.get(name) is jsonschema's `name in x` then `x[name]`: the same dict lookup.
-                return props_only
-            if extra is _false:
-                lookup = dict(preds)
-
-                def closed(x: Any) -> bool:
-                    get = lookup.get
-                    for name, value in x.items():
-                        pred = get(name)
-                        if pred is None or not pred(value):
-                            return False
-                    return True
-
-                return closed
-            lookup = dict(preds)
-
-            def open_with_schema(x: Any) -> bool:
-                get = lookup.get
-                for name, value in x.items():
-                    pred = get(name)
-                    if pred is None:
-                        if not extra(value):
-                            return False
-                    elif not pred(value):
-                        return False
-                return True
-
-            return open_with_schema
-
-        lookup = dict(preds)
+            return _named_properties(preds, extra)
         # jsonschema's find_additional_properties: one search with the joined patterns.
-        joined = _regex("|".join(patterns))
+        return _patterned_properties(preds, pattern_preds, _regex("|".join(patterns)), extra)
 
-        def general(x: Any) -> bool:
-            for name, value in x.items():
-                pred = lookup.get(name)
-                if pred is not None and not pred(value):
-                    return False
-                if not isinstance(name, str):
-                    raise TypeError("a non-string key with patternProperties")  # as re.search would
-                for regex, pattern_pred in pattern_preds:
-                    if regex.search(name) and not pattern_pred(value):
-                        return False
-                if pred is None and not joined.search(name) and not extra(value):
-                    return False
-            return True
-
-        return general
+    def additional_properties(self, additional: Any) -> Predicate:
+        if isinstance(additional, dict):
+            return self.schema(additional)
+        if isinstance(additional, Mapping):
+            raise _Unsupported
+        # jsonschema: `elif not aP and extras` -> falsy values forbid, truthy ones allow.
+        return _true if additional else _false
 
     def array_checks(self, schema: Mapping[str, Any]) -> Predicate | None:
-        checks: list[Predicate] = []
-        if "minItems" in schema:
-            low = _count_value(schema["minItems"])
-            checks.append(lambda x, low=low: len(x) >= low)
-        if "maxItems" in schema:
-            high = _count_value(schema["maxItems"])
-            checks.append(lambda x, high=high: len(x) <= high)
+        checks = _item_count_checks(schema)
         prefix: tuple[Predicate, ...] = ()
         if "prefixItems" in schema:
             prefix = tuple(self.schema(s) for s in _subschemas(schema["prefixItems"]))
             if any(p is not _true for p in prefix):
-                def prefix_items(x: Any, prefix: tuple[Predicate, ...] = prefix) -> bool:
-                    for pred, item in zip(prefix, x):
-                        if not pred(item):
-                            return False
-                    return True
-
-                checks.append(prefix_items)
+                checks.append(_prefix_items(prefix))
         if "items" in schema:
-            items = schema["items"]
-            if items is not True and items is not False and not isinstance(items, Mapping):
-                raise _Unsupported
-            each = self.schema(items)
-            start = len(prefix)
-            if each is _false:
-                checks.append(lambda x, start=start: len(x) <= start)
-            elif each is not _true:
-                if start:
-                    def rest_items(x: Any) -> bool:
-                        for item in x[start:]:
-                            if not each(item):
-                                return False
-                        return True
-
-                    checks.append(rest_items)
-                else:
-                    def all_items(x: Any) -> bool:
-                        for item in x:
-                            if not each(item):
-                                return False
-                        return True
-
-                    checks.append(all_items)
+            items = self.items_check(schema["items"], len(prefix))
+            if items is not None:
+                checks.append(items)
         if "contains" in schema:
-            wanted = self.schema(schema["contains"])
-            least = _count_value(schema.get("minContains", 1))
-            most = schema.get("maxContains", _MISSING)
-            if most is not _MISSING:
-                most = _count_value(most)
-
-            def contains(x: Any) -> bool:
-                limit = len(x) if most is _MISSING else most
-                matches = 0
-                for item in x:
-                    if wanted(item):
-                        matches += 1
-                        if matches > limit:
-                            return False
-                return matches >= least
-
-            checks.append(contains)
+            checks.append(self.contains_check(schema))
         if "uniqueItems" in schema and schema["uniqueItems"]:
             checks.append(uniq)
         return _all(checks) if checks else None
+
+    def items_check(self, items: Any, start: int) -> Predicate | None:
+        """`items`, for the items after the `start` that prefixItems judges (None: all pass)."""
+        if items is not True and items is not False and not isinstance(items, Mapping):
+            raise _Unsupported
+        each = self.schema(items)
+        if each is _false:
+            return lambda x, start=start: len(x) <= start
+        if each is _true:
+            return None
+        return _rest_items(each, start) if start else _all_items(each)
+
+    def contains_check(self, schema: Mapping[str, Any]) -> Predicate:
+        wanted = self.schema(schema["contains"])
+        least = _count_value(schema.get("minContains", 1))
+        most = schema.get("maxContains", _MISSING)
+        if most is not _MISSING:
+            most = _count_value(most)
+
+        def contains(x: Any) -> bool:
+            limit = len(x) if most is _MISSING else most
+            matches = 0
+            for item in x:
+                if wanted(item):
+                    matches += 1
+                    if matches > limit:
+                        return False
+            return matches >= least
+
+        return contains
 
     def string_checks(self, schema: Mapping[str, Any]) -> Predicate | None:
         checks: list[Predicate] = []
@@ -754,6 +600,214 @@ class _Compiler:
                 if found is not _MISSING:
                     return found
         return _MISSING
+
+
+def _type_names(schema: Mapping[str, Any]) -> list[str] | None:
+    """The schema's `type` as distinct names, in order; None when it has none."""
+    types = schema.get("type", _MISSING)
+    if types is _MISSING:
+        return None
+    names = [types] if isinstance(types, str) else types
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _Unsupported
+    if any(n not in _TYPES for n in names):
+        raise _Unsupported
+    return list(dict.fromkeys(names))
+
+
+def _one_type(only: str, obj: Predicate | None, arr: Predicate | None, txt: Predicate | None,
+              num: Predicate | None) -> Predicate:
+    """One type: the type test and that type's checks as one predicate (the other types' checks
+    cannot apply)."""
+    if only == "object":
+        return _typed(dict, obj)
+    if only == "array":
+        return _typed(list, arr)
+    if only == "string":
+        return _typed(str, txt)
+    if only == "number" and num is not None:
+        def number(x: Any, num: Predicate = num) -> bool:
+            t = type(x)
+            if t is float or t is int:
+                return num(x)
+            return _is_number(x) and num(x)
+
+        return number
+    if only in ("number", "integer"):
+        test = _TYPES[only]
+        if num is None:
+            return test
+        return lambda x, test=test, num=num: test(x) and num(x)
+    return _TYPES[only]
+
+
+def _any_type(type_names: list[str] | None, obj: Predicate | None, arr: Predicate | None,
+              txt: Predicate | None, num: Predicate | None) -> list[Predicate]:
+    """Several types (or none given): the type test, and each type's checks on instances of it."""
+    parts: list[Predicate] = []
+    if type_names is not None:
+        tests = tuple(_TYPES[n] for n in type_names)
+        parts.append(lambda x, tests=tests: any(t(x) for t in tests))
+    if obj is not None:
+        parts.append(lambda x, f=obj: not isinstance(x, dict) or f(x))
+    if arr is not None:
+        parts.append(lambda x, f=arr: not isinstance(x, list) or f(x))
+    if txt is not None:
+        parts.append(lambda x, f=txt: not isinstance(x, str) or f(x))
+    if num is not None:
+        parts.append(lambda x, f=num: not _is_number(x) or f(x))
+    return parts
+
+
+def _object_size_checks(schema: Mapping[str, Any]) -> list[Predicate]:
+    """required, minProperties, maxProperties."""
+    checks: list[Predicate] = []
+    if "required" in schema:
+        required = schema["required"]
+        if not isinstance(required, list):
+            raise _Unsupported
+        try:
+            names = frozenset(required)
+        except TypeError:
+            raise _Unsupported from None
+        if names:
+            checks.append(lambda x, names=names: x.keys() >= names)
+    if "minProperties" in schema:
+        low = _count_value(schema["minProperties"])
+        checks.append(lambda x, low=low: len(x) >= low)
+    if "maxProperties" in schema:
+        high = _count_value(schema["maxProperties"])
+        checks.append(lambda x, high=high: len(x) <= high)
+    return checks
+
+
+def _dependent_required(deps: Any) -> Predicate:
+    if not isinstance(deps, Mapping) or not all(isinstance(v, list) for v in deps.values()):
+        raise _Unsupported
+    pairs = tuple((k, tuple(v)) for k, v in deps.items())
+
+    def dependent_required(x: Any) -> bool:
+        for name, needed in pairs:
+            if name in x:
+                for each in needed:
+                    if each not in x:
+                        return False
+        return True
+
+    return dependent_required
+
+
+def _named_properties(preds: dict[str, Predicate], extra: Predicate) -> Predicate:
+    """properties and additionalProperties, with no patternProperties."""
+    if extra is _true:
+        checked = {k: p for k, p in preds.items() if p is not _true}
+        return _properties_only(tuple(checked.items())) if checked else _true
+    if extra is _false:
+        return _closed_properties(dict(preds))
+    return _open_properties(dict(preds), extra)
+
+
+def _properties_only(items: tuple[tuple[str, Predicate], ...]) -> Predicate:
+    def props_only(x: Any) -> bool:
+        for name, pred in items:
+            value = x.get(name, _MISSING)
+            if value is not _MISSING and not pred(value):
+                return False
+        return True
+
+    # x.get(name) is jsonschema's `name in x` then `x[name]`: the same dict lookup.
+    return props_only
+
+
+def _closed_properties(lookup: dict[str, Predicate]) -> Predicate:
+    def closed(x: Any) -> bool:
+        get = lookup.get
+        for name, value in x.items():
+            pred = get(name)
+            if pred is None or not pred(value):
+                return False
+        return True
+
+    return closed
+
+
+def _open_properties(lookup: dict[str, Predicate], extra: Predicate) -> Predicate:
+    def open_with_schema(x: Any) -> bool:
+        get = lookup.get
+        for name, value in x.items():
+            pred = get(name)
+            if pred is None:
+                if not extra(value):
+                    return False
+            elif not pred(value):
+                return False
+        return True
+
+    return open_with_schema
+
+
+def _patterned_properties(preds: dict[str, Predicate], pattern_preds: tuple[tuple[re.Pattern[str], Predicate], ...],
+                          joined: re.Pattern[str], extra: Predicate) -> Predicate:
+    """properties, patternProperties and additionalProperties (extra: a name neither names nor matches)."""
+    lookup = dict(preds)
+
+    def general(x: Any) -> bool:
+        for name, value in x.items():
+            pred = lookup.get(name)
+            if pred is not None and not pred(value):
+                return False
+            if not isinstance(name, str):
+                raise TypeError("a non-string key with patternProperties")  # as re.search would
+            for regex, pattern_pred in pattern_preds:
+                if regex.search(name) and not pattern_pred(value):
+                    return False
+            if pred is None and not joined.search(name) and not extra(value):
+                return False
+        return True
+
+    return general
+
+
+def _item_count_checks(schema: Mapping[str, Any]) -> list[Predicate]:
+    """minItems, maxItems."""
+    checks: list[Predicate] = []
+    if "minItems" in schema:
+        low = _count_value(schema["minItems"])
+        checks.append(lambda x, low=low: len(x) >= low)
+    if "maxItems" in schema:
+        high = _count_value(schema["maxItems"])
+        checks.append(lambda x, high=high: len(x) <= high)
+    return checks
+
+
+def _prefix_items(prefix: tuple[Predicate, ...]) -> Predicate:
+    def prefix_items(x: Any, prefix: tuple[Predicate, ...] = prefix) -> bool:
+        for pred, item in zip(prefix, x):
+            if not pred(item):
+                return False
+        return True
+
+    return prefix_items
+
+
+def _rest_items(each: Predicate, start: int) -> Predicate:
+    def rest_items(x: Any) -> bool:
+        for item in x[start:]:
+            if not each(item):
+                return False
+        return True
+
+    return rest_items
+
+
+def _all_items(each: Predicate) -> Predicate:
+    def all_items(x: Any) -> bool:
+        for item in x:
+            if not each(item):
+                return False
+        return True
+
+    return all_items
 
 
 def _dispatched(combine: Callable[..., bool], dispatch: Dispatch) -> Predicate:

@@ -620,13 +620,9 @@ class Spec:
             return [Violation(where, f"no {kind} body", _short(shown), rule="#" + pointer)]
         media = _media_of(headers)
         if media is None:
-            if default_media and len(content) == 1:
-                media = next(iter(content))
-            elif isinstance(body, (bytes, bytearray, str)):
+            media = _assumed_media(content, body, default_media)
+            if media is None:
                 return [Violation("/headers/content-type", f"one of {sorted(content)}", "absent", rule="#" + pointer)]
-            else:
-                # Parsed JSON without headers: the caller vouches for a JSON media type.
-                media = next((m for m in content if _JSON_MEDIA.match(m)), next(iter(content)))
         chosen = _match_media(media, content)
         if chosen is None:
             return [Violation("/headers/content-type", f"one of {sorted(content)}", _short(media), rule="#" + pointer)]
@@ -634,34 +630,52 @@ class Spec:
         definition = content[chosen]
         if empty:
             return [Violation(where, f"a body of media type {chosen}", "an empty body", rule="#" + media_pointer)]
-        instance: Any = body
-        # A range (application/*, */*) documents a JSON body too when the body says it is JSON.
-        json_media = _JSON_MEDIA.match(chosen) is not None or _JSON_MEDIA.match(media) is not None
-        parsed_before = _last_parsed
-        if json_media and type(body) is bytes and parsed_before[0] is body:
-            instance = parsed_before[1]  # the same body, checked against the other spec a moment ago
-        else:
-            if isinstance(body, (bytes, bytearray)):
-                try:
-                    instance = bytes(body).decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    return [Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})",
-                                      rule="#" + media_pointer)]
-            if json_media and isinstance(instance, str):
-                try:
-                    instance = loads_strict(instance)
-                except ValueError as exc:
-                    return [Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)]
-                except RecursionError:  # a body nested thousands deep: a violation, never a crash
-                    return [Violation(where, f"a valid JSON {chosen} body", "JSON nested too deeply to parse",
-                                      rule="#" + media_pointer)]
-                if type(body) is bytes:
-                    _remember_parsed(body, instance)
+        instance, unreadable = _read_body(body, chosen, media, where, media_pointer)
+        if unreadable is not None:
+            return [unreadable]
         if parsed is not None:
             parsed.append(instance)
         if "schema" not in definition:
             return []
         return self._schema_violations(f"{media_pointer}/schema", instance, where)
+
+
+def _assumed_media(content: Mapping[str, Any], body: Any, default_media: bool) -> str | None:
+    """The media type of a body that came without a Content-Type; None when it must name one."""
+    if default_media and len(content) == 1:
+        return next(iter(content))
+    if isinstance(body, (bytes, bytearray, str)):
+        return None
+    # Parsed JSON without headers: the caller vouches for a JSON media type.
+    return next((m for m in content if _JSON_MEDIA.match(m)), next(iter(content)))
+
+
+def _read_body(body: Any, chosen: str, media: str, where: str, media_pointer: str) -> tuple[Any, Violation | None]:
+    """(the instance the body's schema judges, None) or (None, why the body cannot be read): a
+    JSON body parsed (strictly, once per bytes object), other bytes as text, parsed values as given."""
+    # A range (application/*, */*) documents a JSON body too when the body says it is JSON.
+    json_media = _JSON_MEDIA.match(chosen) is not None or _JSON_MEDIA.match(media) is not None
+    parsed_before = _last_parsed
+    if json_media and type(body) is bytes and parsed_before[0] is body:
+        return parsed_before[1], None  # the same body, checked against the other spec a moment ago
+    instance: Any = body
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            instance = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, Violation(where, "UTF-8 text", f"undecodable bytes ({exc.reason} at {exc.start})",
+                                   rule="#" + media_pointer)
+    if json_media and isinstance(instance, str):
+        try:
+            instance = loads_strict(instance)
+        except ValueError as exc:
+            return None, Violation(where, f"a valid JSON {chosen} body", f"invalid JSON ({exc})", rule="#" + media_pointer)
+        except RecursionError:  # a body nested thousands deep: a violation, never a crash
+            return None, Violation(where, f"a valid JSON {chosen} body", "JSON nested too deeply to parse",
+                                   rule="#" + media_pointer)
+        if type(body) is bytes:
+            _remember_parsed(body, instance)
+    return instance, None
 
 
 #: The last JSON body parsed, by the very bytes object it came from (bytes are immutable): an
