@@ -1,7 +1,7 @@
 """HTTP/1.1 on a raw socket for the scripted server: the parsed request, the connection, the reader.
 
 Written here rather than borrowed from a framework because the faults must control every byte
-(and every reset) on the wire. Bounded waits only.
+(and every reset) on the wire. Bounded waits only, each ended early by the server's stop flag.
 """
 
 from __future__ import annotations
@@ -13,11 +13,16 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_laya.faults.server import ScriptedServer
+try:  # Unix only: lets a reset wait until the bytes sent before it have left the kernel.
+    import fcntl
+    import termios
 
+    _TIOCOUTQ: int | None = termios.TIOCOUTQ
+except (ImportError, AttributeError):  # pragma: no cover - non-Unix platforms
+    fcntl = None  # type: ignore[assignment]
+    _TIOCOUTQ = None
 
 _MAX_LINE = 64 * 1024
 _MAX_HEADERS = 200
@@ -67,17 +72,67 @@ class BadRequest(Exception):
 
 
 class RawConnection:
-    """One accepted connection. Only its own thread closes the socket (others shut it down)."""
+    """One accepted connection: what a script action does to it, every wait bounded.
 
-    __slots__ = ("sock", "id", "busy", "closing", "thread", "_closed")
+    `stopping` is the server's stop flag (set: every wait ends with `ConnectionDone`), `lock`
+    the server's lock over its connections' state, `send_timeout_s` the deadline of one send.
+    Only its own thread closes the socket (others shut it down).
+    """
 
-    def __init__(self, sock: socket.socket, conn_id: int) -> None:
+    __slots__ = ("sock", "id", "busy", "closing", "thread", "stopping", "send_timeout_s", "_lock", "_closed")
+
+    def __init__(self, sock: socket.socket, conn_id: int, *, stopping: threading.Event,
+                 lock: threading.Condition, send_timeout_s: float) -> None:
         self.sock = sock
         self.id = conn_id
         self.busy = False  # a request is being read or answered
         self.closing = False  # close after the current request
         self.thread: threading.Thread | None = None
+        self.stopping = stopping
+        self.send_timeout_s = send_timeout_s
+        self._lock = lock
         self._closed = False
+
+    def send(self, data: bytes) -> None:
+        """sendall with a polled stop flag and an overall deadline (`send_timeout_s`)."""
+        view = memoryview(data)
+        deadline = time.monotonic() + self.send_timeout_s
+        while view:
+            if self.stopping.is_set():
+                raise ConnectionDone
+            try:
+                sent = self.sock.send(view)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise ConnectionDone from None
+                continue
+            except OSError:
+                raise ConnectionDone from None
+            view = view[sent:]
+
+    def pause(self, seconds: float) -> None:
+        """Wait `seconds`; `ConnectionDone` at once when the server stops meanwhile."""
+        if self.stopping.wait(seconds):
+            raise ConnectionDone
+
+    def mark_idle(self) -> None:
+        """Count as idle from now on (under the server's lock): a Refuse shuts it down as idle."""
+        with self._lock:
+            self.busy = False
+
+    def wait_flushed(self, timeout_s: float) -> None:
+        """Wait (up to `timeout_s`) until the kernel send queue is empty, so a following RST loses no sent bytes."""
+        if fcntl is None or _TIOCOUTQ is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                queued = struct.unpack("i", fcntl.ioctl(self.sock.fileno(), _TIOCOUTQ, b"\0\0\0\0"))[0]
+            except OSError:
+                return
+            if queued <= 0:
+                return
+            time.sleep(0.002)
 
     def shutdown(self) -> None:
         """Wake the owning thread out of recv/send (safe from any thread)."""
@@ -125,16 +180,19 @@ class ParsedRequest:
 class RequestReader:
     """Buffered request parser over one connection's socket (bounded waits only)."""
 
-    def __init__(self, server: ScriptedServer, conn: RawConnection) -> None:
-        self._server = server
+    def __init__(self, conn: RawConnection, *, idle_timeout_s: float, request_timeout_s: float,
+                 max_body_bytes: int) -> None:
         self._conn = conn
+        self._idle_timeout_s = idle_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._max_body_bytes = max_body_bytes
         self._buf = bytearray()
         self._deadline = 0.0
 
     def _fill(self) -> bool:
         """Read more bytes into the buffer; False at end of stream."""
         while True:
-            if self._server._stopping.is_set():
+            if self._conn.stopping.is_set():
                 raise ConnectionDone
             try:
                 data = self._conn.sock.recv(65536)
@@ -171,58 +229,12 @@ class RequestReader:
 
     def read_request(self) -> ParsedRequest | None:
         """The next request, or None when the client closed an idle connection."""
-        self._deadline = time.monotonic() + self._server.idle_timeout_s
-        while True:
-            # Tolerate stray CRLFs between requests (RFC 9112 section 2.2).
-            while self._buf[:2] == b"\r\n":
-                del self._buf[:2]
-            while self._buf[:1] == b"\n":
-                del self._buf[:1]
-            if self._buf:
-                break
-            try:
-                if not self._fill():
-                    return None
-            except ConnectionDone:
-                return None
+        if not self._await_request():
+            return None
         self._conn.busy = True
-        self._deadline = time.monotonic() + self._server.request_timeout_s
-
-        request_line = self._line()
-        parts = request_line.split(b" ")
-        if len(parts) != 3:
-            raise BadRequest(f"malformed request line {request_line[:200]!r}")
-        raw_method, raw_target, raw_version = parts
-        try:
-            method = raw_method.decode("ascii")
-            target = raw_target.decode("ascii")
-            version = raw_version.decode("ascii")
-        except UnicodeDecodeError:
-            raise BadRequest("non-ASCII request line") from None
-        if not method or not set(method) <= TOKEN_CHARS or not target:
-            raise BadRequest(f"malformed request line {request_line[:200]!r}")
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise BadRequest(f"unsupported HTTP version {version!r}", 505)
-
-        headers: dict[str, str] = {}
-        count = 0
-        while True:
-            line = self._line()
-            if not line:
-                break
-            count += 1
-            if count > _MAX_HEADERS:
-                raise BadRequest("too many headers", 431)
-            if line[:1] in (b" ", b"\t"):
-                raise BadRequest("obsolete header line folding")
-            name, sep, value = line.partition(b":")
-            text_name = name.decode("latin-1")
-            if not sep or not text_name or not set(text_name) <= TOKEN_CHARS:
-                raise BadRequest(f"malformed header line {line[:200]!r}")
-            key = text_name.lower()
-            text_value = value.decode("latin-1").strip(" \t")
-            headers[key] = f"{headers[key]}, {text_value}" if key in headers else text_value
-
+        self._deadline = time.monotonic() + self._request_timeout_s
+        method, target, version = self._request_line()
+        headers = self._header_section()
         connection = header_tokens(headers.get("connection", ""))
         if version == "HTTP/1.0":
             keep_alive = "keep-alive" in connection
@@ -240,12 +252,69 @@ class RequestReader:
         )
         return ParsedRequest(request=request, keep_alive=keep_alive)
 
+    def _await_request(self) -> bool:
+        """Wait (idle timeout) for a request's first byte; False when the client closed instead."""
+        self._deadline = time.monotonic() + self._idle_timeout_s
+        while True:
+            # Tolerate stray CRLFs between requests (RFC 9112 section 2.2).
+            while self._buf[:2] == b"\r\n":
+                del self._buf[:2]
+            while self._buf[:1] == b"\n":
+                del self._buf[:1]
+            if self._buf:
+                return True
+            try:
+                if not self._fill():
+                    return False
+            except ConnectionDone:
+                return False
+
+    def _request_line(self) -> tuple[str, str, str]:
+        """(method, target, version) of the request line."""
+        request_line = self._line()
+        parts = request_line.split(b" ")
+        if len(parts) != 3:
+            raise BadRequest(f"malformed request line {request_line[:200]!r}")
+        raw_method, raw_target, raw_version = parts
+        try:
+            method = raw_method.decode("ascii")
+            target = raw_target.decode("ascii")
+            version = raw_version.decode("ascii")
+        except UnicodeDecodeError:
+            raise BadRequest("non-ASCII request line") from None
+        if not method or not set(method) <= TOKEN_CHARS or not target:
+            raise BadRequest(f"malformed request line {request_line[:200]!r}")
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            raise BadRequest(f"unsupported HTTP version {version!r}", 505)
+        return method, target, version
+
+    def _header_section(self) -> dict[str, str]:
+        """The headers, names lower-case, repeats joined by ``", "``."""
+        headers: dict[str, str] = {}
+        count = 0
+        while True:
+            line = self._line()
+            if not line:
+                return headers
+            count += 1
+            if count > _MAX_HEADERS:
+                raise BadRequest("too many headers", 431)
+            if line[:1] in (b" ", b"\t"):
+                raise BadRequest("obsolete header line folding")
+            name, sep, value = line.partition(b":")
+            text_name = name.decode("latin-1")
+            if not sep or not text_name or not set(text_name) <= TOKEN_CHARS:
+                raise BadRequest(f"malformed header line {line[:200]!r}")
+            key = text_name.lower()
+            text_value = value.decode("latin-1").strip(" \t")
+            headers[key] = f"{headers[key]}, {text_value}" if key in headers else text_value
+
     def _continue(self, headers: Mapping[str, str], version: str) -> None:
         if version == "HTTP/1.1" and "100-continue" in header_tokens(headers.get("expect", "")):
-            self._server._send(self._conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+            self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _read_body(self, headers: Mapping[str, str], version: str) -> bytes:
-        limit = self._server.max_body_bytes
+        limit = self._max_body_bytes
         if "transfer-encoding" in headers:
             codings = [t.strip().lower() for t in headers["transfer-encoding"].split(",") if t.strip()]
             if not codings or codings[-1] != "chunked":

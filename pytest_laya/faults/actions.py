@@ -1,7 +1,8 @@
 """What a scripted server can do with the next request: respond, wait, trickle, reset, refuse...
 
-Actions are immutable data; the server interprets them. That keeps a script easy to build, print
-and compare, and lets a higher layer (the fake Laya server) compute actions with a `Handler`.
+Actions are immutable data, each knowing its effect on the connection (`Action.perform`), so a
+new socket fault is one class here. That keeps a script easy to build, print and compare, and
+lets a higher layer (the fake Laya server) compute actions with a `Handler`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.faults._http11 import TOKEN_CHARS, ReceivedRequest, header_tokens
+from pytest_laya.faults._http11 import TOKEN_CHARS, RawConnection, ReceivedRequest, header_tokens
 
 __all__ = [
     "Action",
@@ -41,12 +42,27 @@ DEFAULT_GARBAGE = b'{"decision": "allow", <<scripted server: this is not JSON>>'
 class Action:
     """Base class of every script action.
 
-    Actions are immutable data; the server interprets them.  That keeps a script easy to
-    build, print and compare, and lets a higher layer (a fake Laya server) compute actions
-    with a :class:`Handler` without knowing how the faults are produced.
+    Actions are immutable data with one effect on the wire, `perform`.  That keeps a script
+    easy to build, print and compare, and lets a higher layer (a fake Laya server) compute
+    actions with a :class:`Handler` without knowing how the faults are produced.
     """
 
     __slots__ = ()
+
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        """Answer one request on `conn`; True when the connection may serve another.
+
+        `keep_alive`: the client and the script allow another request; `head_only`: the
+        request was a HEAD (no body is sent). An action the server cannot perform (a
+        `Handler`, `Delay` or `Refuse` is resolved before this) fails loudly with a 500.
+        """
+        conn.send(_closing_bytes(Respond(500, f"scripted server: unsupported action {self!r}")))
+        return False
+
+
+def _closing_bytes(response: Respond, *, head_only: bool = False) -> bytes:
+    """`response` on the wire with ``Connection: close``, its body left out for a HEAD."""
+    return response.render_head(keep_alive=False) + (b"" if head_only else response.payload)
 
 
 def _check_header_items(headers: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
@@ -168,6 +184,16 @@ class Respond(Action):
         lines = [f"HTTP/1.1 {self.status} {reason}"] + [f"{name}: {value}" for name, value in items]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        keep = keep_alive and not self.asks_close
+        if keep:
+            # Count as idle from here on: a client that has read this response and then
+            # enqueues a Refuse must find this connection shut down (FIN sent) before
+            # enqueue() returns, never half-way between "answered" and "idle".
+            conn.mark_idle()
+        conn.send(self.render_head(keep_alive=keep) + (b"" if head_only else self.payload))
+        return keep
+
 
 def _check_nonnegative(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -230,6 +256,18 @@ class Trickle(Action):
         if not isinstance(self.head, bool):
             raise TypeError(f"head must be a bool, got {self.head!r}")
 
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        response = self.response
+        payload = b"" if head_only else response.payload
+        if self.head:
+            payload = response.render_head(keep_alive=False) + payload
+        else:
+            conn.send(response.render_head(keep_alive=False))
+        for start in range(0, len(payload), self.chunk_size):
+            conn.pause(self.interval_s)
+            conn.send(payload[start : start + self.chunk_size])
+        return False
+
 
 @dataclass(frozen=True)
 class ResetBeforeHeaders(Action):
@@ -238,6 +276,10 @@ class ResetBeforeHeaders(Action):
     Uses ``SO_LINGER`` with a zero timeout, which makes ``close()`` send RST instead of
     FIN -- what a crashing worker or a load balancer dropping a backend looks like.
     """
+
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        conn.abort()
+        return False
 
 
 def _cut_point(response: Respond, after_bytes: int | None, *, what: str) -> int:
@@ -274,6 +316,13 @@ class ResetMidBody(Action):
         """How many body bytes are sent before the reset."""
         return _cut_point(self.response, self.after_bytes, what="ResetMidBody")
 
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        response = self.response
+        conn.send(response.render_head(keep_alive=False) + response.payload[: self.cut])
+        conn.wait_flushed(1.0)
+        conn.abort()
+        return False
+
 
 @dataclass(frozen=True)
 class Truncate(Action):
@@ -290,6 +339,12 @@ class Truncate(Action):
         if not isinstance(self.response, Respond):
             raise TypeError(f"response must be a Respond, got {self.response!r}")
         _cut_point(self.response, self.after_bytes, what="Truncate")
+
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        response = self.response
+        conn.send(response.render_head(keep_alive=False) + response.payload[: self.after_bytes])
+        conn.close_gracefully()
+        return False
 
 
 @dataclass(frozen=True)
@@ -319,6 +374,10 @@ class GarbageBody(Action):
     def as_response(self) -> Respond:
         """The equivalent :class:`Respond` (the server sends it with Connection: close)."""
         return Respond(self.status, self.body, content_type=self.content_type)
+
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        conn.send(_closing_bytes(self.as_response(), head_only=head_only))
+        return False
 
 
 @dataclass(frozen=True)

@@ -9,35 +9,13 @@ from __future__ import annotations
 
 import itertools
 import socket
-import struct
 import threading
 import time
 import traceback
 from collections import deque
 
-try:  # Unix only: lets ResetMidBody wait until its partial body has left the kernel.
-    import fcntl
-    import termios
-
-    _TIOCOUTQ: int | None = termios.TIOCOUTQ
-except (ImportError, AttributeError):  # pragma: no cover - non-Unix platforms
-    fcntl = None  # type: ignore[assignment]
-    _TIOCOUTQ = None
-
 from pytest_laya.faults._http11 import BadRequest, ConnectionDone, ParsedRequest, RawConnection, ReceivedRequest, RequestReader
-from pytest_laya.faults.actions import (
-    Action,
-    DefaultAction,
-    Delay,
-    GarbageBody,
-    Handler,
-    Refuse,
-    ResetBeforeHeaders,
-    ResetMidBody,
-    Respond,
-    Trickle,
-    Truncate,
-)
+from pytest_laya.faults.actions import Action, DefaultAction, Delay, Handler, Refuse, Respond
 from pytest_laya.faults.loopback import check_loopback_host
 
 __all__ = [
@@ -354,7 +332,8 @@ class ScriptedServer:
 
     def _adopt(self, sock: socket.socket, listener: socket.socket) -> None:
         with self._cond:
-            conn = RawConnection(sock, next(self._conn_ids))
+            conn = RawConnection(sock, next(self._conn_ids), stopping=self._stopping, lock=self._cond,
+                                 send_timeout_s=self.request_timeout_s)
             if self._stopping.is_set() or self._listener is not listener:
                 conn.abort()  # accepted in the instant the server went down
                 return
@@ -374,13 +353,15 @@ class ScriptedServer:
     # ----------------------------------------------------------------- connections
 
     def _serve(self, conn: RawConnection) -> None:
-        reader = RequestReader(self, conn)
+        reader = RequestReader(conn, idle_timeout_s=self.idle_timeout_s, request_timeout_s=self.request_timeout_s,
+                               max_body_bytes=self.max_body_bytes)
         try:
             while not self._stopping.is_set():
                 try:
                     parsed = reader.read_request()
                 except BadRequest as bad:
-                    self._send(conn, _error_response(bad.status, f"scripted server: {bad}"))
+                    _error_response(bad.status, f"scripted server: {bad}").perform(
+                        conn, keep_alive=False, head_only=False)
                     break
                 if parsed is None:
                     break
@@ -430,7 +411,8 @@ class ScriptedServer:
             if refuse_for is not None:
                 with self._cond:
                     self._begin_outage_locked(exclude=conn)
-            keep = self._perform(conn, resolved, request, parsed.keep_alive and not conn.closing)
+            keep = resolved.perform(conn, keep_alive=parsed.keep_alive and not conn.closing,
+                                    head_only=request.method == "HEAD")
         finally:
             if refuse_for is not None:
                 conn.close_gracefully()
@@ -470,85 +452,6 @@ class ScriptedServer:
                 return action
         return _error_response(500, "scripted server: Handler/Delay nesting is more than 100 deep")
 
-    def _perform(self, conn: RawConnection, action: Action, request: ReceivedRequest, keep_alive: bool) -> bool:
-        head_only = request.method == "HEAD"
-        if isinstance(action, Respond):
-            keep = keep_alive and not action.asks_close
-            if keep:
-                # Count as idle from here on: a client that has read this response and then
-                # enqueues a Refuse must find this connection shut down (FIN sent) before
-                # enqueue() returns, never half-way between "answered" and "idle".
-                with self._cond:
-                    conn.busy = False
-            self._send(conn, action.render_head(keep_alive=keep) + (b"" if head_only else action.payload))
-            return keep
-        if isinstance(action, GarbageBody):
-            response = action.as_response()
-            self._send(conn, response.render_head(keep_alive=False) + (b"" if head_only else response.payload))
-            return False
-        if isinstance(action, Trickle):
-            response = action.response
-            payload = b"" if head_only else response.payload
-            if action.head:
-                payload = response.render_head(keep_alive=False) + payload
-            else:
-                self._send(conn, response.render_head(keep_alive=False))
-            for start in range(0, len(payload), action.chunk_size):
-                if self._stopping.wait(action.interval_s):
-                    raise ConnectionDone
-                self._send(conn, payload[start : start + action.chunk_size])
-            return False
-        if isinstance(action, ResetBeforeHeaders):
-            conn.abort()
-            return False
-        if isinstance(action, ResetMidBody):
-            response = action.response
-            self._send(conn, response.render_head(keep_alive=False) + response.payload[: action.cut])
-            _wait_flushed(conn.sock, time.monotonic() + 1.0)
-            conn.abort()
-            return False
-        if isinstance(action, Truncate):
-            response = action.response
-            self._send(conn, response.render_head(keep_alive=False) + response.payload[: action.after_bytes])
-            conn.close_gracefully()
-            return False
-        # An Action subclass this server does not know: fail loudly.
-        self._send(conn, _error_response(500, f"scripted server: unsupported action {action!r}"))
-        return False
-
-    def _send(self, conn: RawConnection, data: bytes | Respond) -> None:
-        """sendall with a polled stop flag and an overall deadline (request_timeout_s)."""
-        if isinstance(data, Respond):
-            data = data.render_head(keep_alive=False) + data.payload
-        view = memoryview(data)
-        deadline = time.monotonic() + self.request_timeout_s
-        while view:
-            if self._stopping.is_set():
-                raise ConnectionDone
-            try:
-                sent = conn.sock.send(view)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise ConnectionDone from None
-                continue
-            except OSError:
-                raise ConnectionDone from None
-            view = view[sent:]
-
 
 def _error_response(status: int, text: str) -> Respond:
     return Respond(status, text)
-
-
-def _wait_flushed(sock: socket.socket, deadline: float) -> None:
-    """Wait until the kernel send queue is empty, so a following RST loses no sent bytes."""
-    if fcntl is None or _TIOCOUTQ is None:
-        return
-    while time.monotonic() < deadline:
-        try:
-            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), _TIOCOUTQ, b"\0\0\0\0"))[0]
-        except OSError:
-            return
-        if queued <= 0:
-            return
-        time.sleep(0.002)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pytest_laya.faults import (
+    Action,
     Delay,
     GarbageBody,
     Handler,
@@ -26,6 +27,7 @@ from pytest_laya.faults import (
     closed_loopback_url,
     free_loopback_port,
 )
+from pytest_laya.faults._http11 import RawConnection
 
 # trust_env=False: a proxy set in the environment must never sit between client and server.
 TIMEOUT = httpx.Timeout(5.0)
@@ -305,6 +307,38 @@ def test_raw_socket_expect_continue_and_chunked_trailers() -> None:
                 reply += data
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
     assert server.requests[0].body == b"abcde"
+
+
+class _SendsTwice(Action):
+    """A socket fault written as a test would write a new one: its whole effect in `perform`."""
+
+    def perform(self, conn: RawConnection, *, keep_alive: bool, head_only: bool) -> bool:
+        response = Respond(200, "first")
+        conn.send(response.render_head(keep_alive=False) + response.payload + b"HTTP/1.1 200 OK\r\n\r\n")
+        return False
+
+
+class _KnowsNoEffect(Action):
+    pass
+
+
+def test_a_new_action_is_one_class_with_its_own_perform() -> None:
+    with ScriptedServer(_SendsTwice(), Respond(200, "next")) as server:
+        with socket.create_connection((server.host, server.port), timeout=3) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while chunk := sock.recv(1000):
+                received += chunk
+        assert received.endswith(b"first" + b"HTTP/1.1 200 OK\r\n\r\n")
+        with client() as c:
+            assert c.get(server.url).text == "next"
+
+
+def test_an_action_without_an_effect_is_a_loud_500() -> None:
+    with ScriptedServer(_KnowsNoEffect()) as server, client() as c:
+        r = c.get(server.url)
+    assert r.status_code == 500
+    assert "scripted server: unsupported action" in r.text
 
 
 def test_malformed_request_gets_400_without_consuming_the_script() -> None:
