@@ -65,7 +65,7 @@ TARGETS: dict[str, Target] = {
         tests=("tests/client",),
     ),
     "contract": Target(
-        modules=("pytest_laya/contract.py",),
+        modules=("pytest_laya/contract/*.py",),
         tests=("tests/contract/test_contract_twins.py", "tests/contract/test_contract_broken.py",
                "tests/contract/test_contract_shipped_cassettes.py", "tests/contract/test_contract_models.py",
                "-k", "not (TestLayaModel or OverTheReferenceServer or OverLayaServe or recorded_from_the_reference_server)"),

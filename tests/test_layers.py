@@ -44,7 +44,6 @@ HEAVY = {"pytest", "httpx", "vcr", "yaml", "jsonschema", "referencing", "starlet
 ONE_IDEA = {
     "pytest_laya/specs/schema_compiler.py": "compiles JSON Schema keywords into predicates",
     "pytest_laya/specs/spec.py": "the validator: one Spec and how it reports a violation",
-    "pytest_laya/contract.py": "the DecisionModel contract: its checks and their tests",
 }
 MAX_LINES = 500
 

@@ -1,31 +1,18 @@
 """`DecisionModelContract`: the checks every DecisionModel must pass, as a class to subclass.
 
-A downstream project proves that its adapter behaves like Laya by subclassing the contract and
-giving it a `decision_model` fixture::
-
-    from pytest_laya.contract import DecisionModelContract
-
-    class TestMyAdapter(DecisionModelContract):
-        @pytest.fixture
-        def decision_model(self):
-            model = MyAdapter(...)
-            yield model
-            model.close()
-
 Every check is one test method, named for what it checks, so a report reads as a list of
 promises kept or broken. The checks ask only the question types the model declares in
-`question_types`, so a model that answers only choice questions is not failed for score ones.
+`question_types`, so a model that answers only choice questions is not failed for score ones;
+each decision is judged by `answer_checks.decision_problems`.
 
 The answer-validation checks (a malformed answer must raise `LayaCallError`, never become a
 Decision) need a model whose raw answers the suite can script: give the class a
-`scripted_decision_model` fixture that returns a factory ``answers -> model`` (see
-`scripted_served_model` and `scripted_laya_model` for the kit's own). Without one, those checks
-are skipped with a reason that says so.
+`scripted_decision_model` fixture that returns a factory ``answers -> model`` (the kit's own are
+in `scripted_models`). Without one, those checks are skipped with a reason that says so.
 
 Everything here is synchronous test code: the async path runs under `asyncio.run` on a thread
-of its own when needed, so the contract works with pytest-asyncio in strict or auto mode, or
-without it. `decision_problems` is the per-decision check the test methods share; use it on any
-decision, e.g. ones replayed from cassettes.
+of its own when needed (`run_coroutine`), so the contract works with pytest-asyncio in strict or
+auto mode, or without it.
 """
 
 from __future__ import annotations
@@ -34,32 +21,25 @@ import asyncio
 import concurrent.futures
 import copy
 import functools
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
 
-from pytest_laya.wire.answer_rules import TIE_TOLERANCE, distribution_breaks, expectation_tolerance, finite_number
+from pytest_laya.contract.answer_checks import decision_problems
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
-from pytest_laya.wire.questions import QUESTION_TYPES, AskedQuestion, Questions, normalize_questions
+from pytest_laya.wire.questions import QUESTION_TYPES
 from pytest_laya.wire.samples import SampleRequest, sample_request
 
 __all__ = [
     "BEHAVIOUR_PROPERTIES",
-    "CHECKS",
     "CONTRACT_REQUESTS",
     "ORDER_QUESTIONS",
     "DecisionModelContract",
-    "decision_problems",
+    "ScriptedModelFactory",
     "run_coroutine",
-    "scripted_laya_model",
-    "scripted_served_model",
 ]
-
-#: What `decision_problems` can check, by name.
-CHECKS: tuple[str, ...] = ("answers", "choice_coverage", "choice_distribution", "chosen", "score", "noul", "confidence")
 
 #: The requests the checks send: English and non-English, text, JSON and conversation states,
 #: 2 to 12 options, every question type (a subset of `pytest_laya.wire.samples`).
@@ -132,123 +112,6 @@ _MALFORMED: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]] = {
 #: A scripted model factory: raw answers (question id -> answer, Laya's wire form) -> a model
 #: that answers every request with exactly them.
 ScriptedModelFactory = Callable[[Mapping[str, Any]], Any]
-# --------------------------------------------------------------------------- the checks
-
-
-def _unit(value: Any) -> bool:
-    number = finite_number(value)
-    return number is not None and 0.0 <= number <= 1.0
-
-
-def _number(value: Any) -> bool:
-    return finite_number(value) is not None
-
-
-def _distribution_problems(where: str, probs: Mapping[Any, Any]) -> list[str]:
-    # The answer rules' probability-range and probabilities-sum, as the client applies them.
-    return [f"{where}: {found.detail}" for found in distribution_breaks((), probs)]
-
-
-def _most_probable(probs: Mapping[Any, float]) -> float:
-    return max(probs.values()) if probs and all(_number(p) for p in probs.values()) else math.nan
-
-
-def _choice_problems(q: AskedQuestion, a: Any, checks: Iterable[str]) -> list[str]:
-    where = f"answer {q.id!r}"
-    probs = getattr(a, "probabilities", None)
-    if not isinstance(probs, Mapping):
-        return [f"{where}: probabilities must be a mapping, got {type(probs).__name__}"]
-    problems: list[str] = []
-    if "choice_coverage" in checks and set(probs) != set(q.option_keys):
-        missing = [k for k in q.option_keys if k not in probs]
-        foreign = sorted(map(str, set(probs) - set(q.option_keys)))
-        problems.append(f"{where}: probabilities must cover exactly the offered options {list(q.option_keys)}"
-                        f" (missing {missing}, not offered {foreign})")
-    if "choice_distribution" in checks:
-        problems += _distribution_problems(where, probs)
-    if "chosen" in checks:
-        key = getattr(a, "key", None)
-        if key not in q.option_keys:
-            problems.append(f"{where}: chose {key!r}, which the question never offered ({list(q.option_keys)})")
-        elif key not in probs or not _number(probs[key]):
-            problems.append(f"{where}: chose {key!r} but gave it no probability")
-        elif probs[key] < _most_probable(probs) - TIE_TOLERANCE:
-            top = max(probs, key=lambda k: probs[k])
-            problems.append(f"{where}: chose {key!r} (p={probs[key]}) but {top!r} is more probable (p={probs[top]})")
-    return problems
-
-
-def _score_problems(q: AskedQuestion, a: Any) -> list[str]:
-    where = f"answer {q.id!r}"
-    probs = getattr(a, "probabilities", None)
-    if not isinstance(probs, Mapping):
-        return [f"{where}: probabilities must be a mapping, got {type(probs).__name__}"]
-    levels = list(range(len(q.option_keys)))
-    if set(probs) != set(levels):
-        return [f"{where}: probabilities must cover exactly the levels {levels}, got {sorted(probs, key=str)}"]
-    problems = _distribution_problems(where, probs)
-    if problems:
-        return problems
-    level, expected = getattr(a, "level", None), getattr(a, "expected", None)
-    if level not in probs:
-        problems.append(f"{where}: level {level!r} is not one of the levels {levels}")
-    elif probs[level] < _most_probable(probs) - TIE_TOLERANCE:
-        top = max(probs, key=lambda k: probs[k])
-        problems.append(f"{where}: level {level} (p={probs[level]}) is not the most probable; level {top} is (p={probs[top]})")
-    mean = math.fsum(i * p for i, p in probs.items())
-    bound = expectation_tolerance(len(levels))
-    if expected is None or not _number(expected):
-        problems.append(f"{where}: expected level must be a number, got {expected!r}")
-    elif not -1e-9 <= expected <= levels[-1] + 1e-9 or abs(expected - mean) > bound:
-        problems.append(f"{where}: expected level {expected} disagrees with its probabilities (their mean is {mean:.4f})")
-    legend = getattr(a, "legend", None)
-    if isinstance(legend, Mapping) and not set(legend) <= set(levels):
-        problems.append(f"{where}: legend names levels {sorted(set(legend) - set(levels), key=str)} the question does not have")
-    return problems
-
-
-def decision_problems(questions: Questions, decision: Any, *, checks: Iterable[str] = CHECKS) -> list[str]:
-    """Every way `decision` breaks the contract for `questions` (empty: it keeps it).
-
-    `checks` picks among `CHECKS`: ``answers`` (one answer per question, in the order asked, each
-    of the type asked), ``choice_coverage`` (probabilities cover exactly the offered options),
-    ``choice_distribution`` (each in [0, 1], summing to 1 within `SUM_TOLERANCE`), ``chosen``
-    (the chosen option is offered and most probable), ``score`` (levels cover the criteria, the
-    level is most probable, the expected level matches the probabilities), ``noul`` (P(true) in
-    [0, 1]) and ``confidence`` (every confidence in [0, 1]; a noul answer may have none).
-    """
-    checks = frozenset(checks)
-    unknown = checks - set(CHECKS)
-    if unknown:
-        raise ValueError(f"unknown checks {sorted(unknown)}; use some of {list(CHECKS)}")
-    asked = normalize_questions(questions)
-    answers = getattr(decision, "answers", None)
-    if not isinstance(answers, Mapping):
-        return [f"the decision has no answers mapping (got {type(decision).__name__})"]
-    problems: list[str] = []
-    if "answers" in checks and list(answers) != list(asked):
-        problems.append(f"answers {list(answers)} are not one per question in the order asked {list(asked)}")
-    for qid, q in asked.items():
-        if qid not in answers:
-            continue
-        a = answers[qid]
-        if getattr(a, "type", None) != q.type:
-            if "answers" in checks:
-                problems.append(f"answer {qid!r} is a {getattr(a, 'type', type(a).__name__)}, but a {q.type} question was asked")
-            continue
-        confidence = getattr(a, "confidence", None)
-        # A noul answer may come without one (Jev's noul is `type` and `noul` only).
-        if "confidence" in checks and not (_unit(confidence) or (q.type == "noul" and confidence is None)):
-            problems.append(f"answer {qid!r}: confidence {getattr(a, 'confidence', None)!r} is outside [0, 1]")
-        if q.type == "choice":
-            problems += _choice_problems(q, a, checks)
-        elif q.type == "score" and "score" in checks:
-            problems += _score_problems(q, a)
-        elif q.type == "noul" and "noul" in checks and not _unit(getattr(a, "p", None)):
-            problems.append(f"answer {qid!r}: P(true) {getattr(a, 'p', None)!r} is outside [0, 1]")
-    return problems
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -584,50 +447,3 @@ class DecisionModelContract:
             return
         pytest.fail(f"close() a second time raised {type(error).__name__}: {error}; closing twice must be safe",
                     pytrace=False)
-
-
-# --------------------------------------------------------------------------- scripted models
-
-
-def _scripted_body(answers: Mapping[str, Any]) -> dict[str, Any]:
-    return {"answers": copy.deepcopy(dict(answers)), "usage": {"input_tokens": 1, "output_tokens": 0}}
-
-
-def scripted_served_model(answers: Mapping[str, Any], *, name: str = "served-laya (scripted)") -> Any:
-    """A `ServedLayaModel` whose server answers every decision with exactly `answers`.
-
-    The "server" is an `httpx.MockTransport`, so the bytes go through the served client's whole
-    reading path (media type, JSON, the answer rules) with no socket. Give it to
-    `DecisionModelContract` as ``scripted_decision_model = lambda self: scripted_served_model``
-    inside a fixture.
-    """
-    import httpx
-
-    from pytest_laya.models import ServedLayaModel
-
-    body = {**_scripted_body(answers), "served_by": {"checkpoint": "scripted", "revision": "scripted"}}
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=body)
-
-    return ServedLayaModel("http://scripted.invalid", name=name, transport=httpx.MockTransport(respond))
-
-
-class _ScriptedLayaAgent:
-    """Stands in for a laya Agent: ``predict`` returns the scripted answers, whatever was asked."""
-
-    revision = "scripted"
-    device = "cpu"
-
-    def __init__(self, answers: Mapping[str, Any]) -> None:
-        self._answers = copy.deepcopy(dict(answers))
-
-    def predict(self, state: Any, questions: Mapping[str, Any]) -> dict[str, Any]:
-        return {"model": "laya-rl-agent", **_scripted_body(self._answers)}
-
-
-def scripted_laya_model(answers: Mapping[str, Any], *, name: str = "laya-in-process (scripted)") -> Any:
-    """A `LayaModel` whose agent answers every decision with exactly `answers` (no laya, no torch)."""
-    from pytest_laya.models import LayaModel
-
-    return LayaModel("scripted", agent=_ScriptedLayaAgent(answers), name=name)
