@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -220,7 +221,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+Tool = tuple[Callable[[], None], Callable[[Case], list[str]]]
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per tool (default 7)")
     parser.add_argument("--round-seconds", type=float, default=1.0,
@@ -228,25 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, cProfile one round of pytest-laya and print where its time goes")
-    args = parser.parse_args(argv)
+    return parser
 
-    info = versions()
-    machine = {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "platform": platform.platform()}
-    cases = load_cases()
-    if not cases:
-        raise SystemExit("no recorded 200 responses found")
-    spec = Spec.current()
-    spec_file = Path(spec.source)
-    broken = broken_case(cases)
 
-    tools: dict[str, tuple[Callable[[], None], Callable[[Case], list[str]]]] = {"pytest-laya": ours(spec, cases)}
-    try:
-        tools["openapi-core"] = openapi_core_tool(spec_file, cases)
-    except ImportError as exc:
-        raise SystemExit(f"openapi-core is not usable here ({exc}); install openapi-core>=0.19") from None
-
-    # Both must really validate: accept every recorded 200, reject the broken body.
+def really_validates(tools: dict[str, Tool], cases: list[Case], broken: Case) -> tuple[list[str], dict[str, str]]:
+    """(why a tool does not really validate, each tool's rejection of the broken body): every
+    tool must accept every recorded 200 and reject the broken body for its probability."""
     problems, rejections = [], {}
     for tool, (_, check) in tools.items():
         for case in cases:
@@ -260,16 +251,16 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{tool} rejects {broken.name}, but not for the probability: {rejected}")
         else:
             rejections[tool] = rejected[0]
-    if problems:
-        print("\n".join(problems), file=sys.stderr)
-        return 1
+    return problems, rejections
 
-    n = len(cases)
+
+def measure(tools: dict[str, Tool], n: int, rounds: int, round_seconds: float) -> tuple[dict[str, Any], dict[str, int]]:
+    """(each tool's rates over `rounds` interleaved rounds, each tool's passes per round)."""
     plan = {}
     for tool, (validate_all, _) in tools.items():
-        plan[tool] = calibrate(validate_all, args.round_seconds)
+        plan[tool] = calibrate(validate_all, round_seconds)
     seconds: dict[str, list[float]] = {tool: [] for tool in tools}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for tool, (validate_all, _) in tools.items():
             seconds[tool].append(timed_round(validate_all, plan[tool]))
 
@@ -279,12 +270,60 @@ def main(argv: list[str] | None = None) -> int:
         rates = [count / s for s in seconds[tool]]
         results[tool] = {
             "validations_per_round": count,
-            "rounds": args.rounds,
+            "rounds": rounds,
             "median_per_s": statistics.median(rates),
             "min_per_s": min(rates),
             "max_per_s": max(rates),
             "median_us_per_validation": 1e6 / statistics.median(rates),
         }
+    return results, plan
+
+
+def print_report(report: dict[str, Any], n: int, rounds: int) -> None:
+    info, machine, ratio = report["versions"], report["machine"], report["ratio_ours_over_openapi_core"]
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    print(f"machine: {machine['processor']}, {machine['cpus']} cpus, {machine['platform']}")
+    print(f"spec: {report['spec']}; {n} recorded 200 responses; {rounds} rounds per tool, interleaved")
+    print(f"both accept all {n}; both reject {report['broken_case']}:")
+    for tool, why in report["broken_case_rejections"].items():
+        print(f"  {tool}: {why[:160]}")
+    print()
+    print("| tool | validations/round | median validations/s | min | max | median µs/validation |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for tool, r in report["results"].items():
+        print(f"| {tool} | {r['validations_per_round']} | {r['median_per_s']:,.0f} | {r['min_per_s']:,.0f} "
+              f"| {r['max_per_s']:,.0f} | {r['median_us_per_validation']:,.1f} |")
+    print()
+    verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
+    print(f"ratio pytest-laya / openapi-core (medians): {ratio:.1f}x ({verdict} the {TARGET_RATIO:.0f}x target)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    info = versions()
+    machine = {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+               "platform": platform.platform()}
+    cases = load_cases()
+    if not cases:
+        raise SystemExit("no recorded 200 responses found")
+    spec = Spec.current()
+    spec_file = Path(spec.source)
+    broken = broken_case(cases)
+
+    tools: dict[str, Tool] = {"pytest-laya": ours(spec, cases)}
+    try:
+        tools["openapi-core"] = openapi_core_tool(spec_file, cases)
+    except ImportError as exc:
+        raise SystemExit(f"openapi-core is not usable here ({exc}); install openapi-core>=0.19") from None
+
+    problems, rejections = really_validates(tools, cases, broken)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+
+    n = len(cases)
+    results, plan = measure(tools, n, args.rounds, args.round_seconds)
     ratio = results["pytest-laya"]["median_per_s"] / results["openapi-core"]["median_per_s"]
     report = {
         "spec": str(spec_file.relative_to(ROOT)) if spec_file.is_relative_to(ROOT) else str(spec_file),
@@ -301,22 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    print(f"machine: {machine['processor']}, {machine['cpus']} cpus, {machine['platform']}")
-    print(f"spec: {report['spec']}; {n} recorded 200 responses; {args.rounds} rounds per tool, interleaved")
-    print(f"both accept all {n}; both reject {broken.name}:")
-    for tool, why in rejections.items():
-        print(f"  {tool}: {why[:160]}")
-    print()
-    print("| tool | validations/round | median validations/s | min | max | median µs/validation |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for tool, r in results.items():
-        print(f"| {tool} | {r['validations_per_round']} | {r['median_per_s']:,.0f} | {r['min_per_s']:,.0f} "
-              f"| {r['max_per_s']:,.0f} | {r['median_us_per_validation']:,.1f} |")
-    print()
-    verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
-    print(f"ratio pytest-laya / openapi-core (medians): {ratio:.1f}x ({verdict} the {TARGET_RATIO:.0f}x target)")
+    print_report(report, n, args.rounds)
     if args.profile:
         profile(tools["pytest-laya"][0], plan["pytest-laya"])
     return 0

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,11 @@ def requests_to_send() -> list[tuple[str, dict[str, Any]]]:
     return items
 
 
+Fail = Callable[[str], None]
+#: One burst request's outcome: (request id, status, ms, spec violations, JSON body if 200, text head).
+BurstResult = tuple[str, int, float, list[str], Any, str]
+
+
 def run_side(server: Server, args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
     """Every request against one server; records failures (prefixed with its label) and results."""
     label = server.label
@@ -264,122 +270,11 @@ def run_side(server: Server, args: argparse.Namespace, failures: list[str]) -> d
     assert url is not None
     timeout = httpx.Timeout(args.request_timeout, connect=10.0)
     with httpx.Client(base_url=url, timeout=timeout, trust_env=False) as client:
-        # 1. probes and the reported device
-        for path in ("/livez", "/readyz", "/health"):
-            r = client.get(path)
-            v = violations_of(r, path)
-            if r.status_code != 200:
-                fail(f"GET {path} answered {r.status_code}: {r.text[:500]}")
-            if v:
-                fail(f"GET {path} breaks the target spec: {v}")
-        health = client.get("/health").json()
-        side["health"] = health
-        want = server.device.split(":")[0]
-        devices = {name: m.get("device") for name, m in (health.get("models") or {}).items()}
-        side["health_devices"] = devices
-        if not devices or any(str(d).split(":")[0] != want for d in devices.values()):
-            fail(f"/health reports devices {devices}, expected {want!r} (asked for --device {server.device})")
-
-        # 2. decisions, sequential, twice over for latency
-        answers: dict[str, Any] = {}
-        latencies: list[float] = []
-        by_request: dict[str, list[float]] = {}
-        for round_ in range(args.rounds):
-            for rid, body in requests_to_send():
-                started = time.perf_counter()
-                r = client.post("/v1/systemone", json=body)
-                elapsed = (time.perf_counter() - started) * 1000.0
-                latencies.append(elapsed)
-                by_request.setdefault(rid, []).append(round(elapsed, 2))
-                v = violations_of(r, "/v1/systemone")
-                if v:
-                    fail(f"POST /v1/systemone {rid} breaks the target spec: {v}")
-                if r.status_code != 200:
-                    fail(f"POST /v1/systemone {rid} answered {r.status_code}: {r.text[:800]}")
-                    continue
-                doc = r.json()
-                if round_ == 0:
-                    answers[rid] = {"answers": doc["answers"], "input_tokens": doc["usage"]["input_tokens"],
-                                    "served_by": doc.get("served_by")}
-                else:
-                    problems, *_ = compare(doc["answers"], answers[rid]["answers"], 0.0)
-                    if problems:
-                        fail(f"{rid}: round {round_ + 1} differs from round 1 on the same server: {problems[:5]}")
-        side["answers"] = answers
-        side["latency_by_request_ms"] = by_request
-        side["sequential_ms"] = {"n": len(latencies), "median": round(statistics.median(latencies), 2),
-                                 "p90": p90(latencies),
-                                 "min": round(min(latencies), 2), "max": round(max(latencies), 2)}
-        for rid, a in answers.items():
-            sb = a.get("served_by") or {}
-            if str(sb.get("device", "")).split(":")[0] != want:
-                fail(f"{rid}: served_by.device is {sb.get('device')!r}, expected {want!r}")
-
-        # a batch
-        r = client.post("/v1/systemone/batch", json=BATCH)
-        v = violations_of(r, "/v1/systemone/batch")
-        if v:
-            fail(f"POST /v1/systemone/batch breaks the target spec: {v}")
-        if r.status_code != 200:
-            fail(f"POST /v1/systemone/batch answered {r.status_code}: {r.text[:800]}")
-        else:
-            side["batch"] = [{"answers": x["answers"], "input_tokens": x["usage"]["input_tokens"]}
-                             for x in r.json()["results"]]
-
-    # 4. a bounded concurrent burst, one client per worker thread
+        want = check_probes(client, server.device, side, fail)
+        check_decisions(client, args.rounds, want, side, fail)
+        check_batch(client, side, fail)
     if args.burst > 0:
-        bodies = requests_to_send()
-        jobs = [bodies[i % len(bodies)] for i in range(args.burst)]
-        local = threading.local()
-        clients: list[httpx.Client] = []
-        lock = threading.Lock()
-
-        def one(job: tuple[str, dict[str, Any]]) -> tuple[str, int, float, list[str], Any, str]:
-            if not hasattr(local, "client"):
-                local.client = httpx.Client(base_url=url, timeout=timeout, trust_env=False)
-                with lock:
-                    clients.append(local.client)
-            rid, body = job
-            started = time.perf_counter()
-            resp = local.client.post("/v1/systemone", json=body)
-            elapsed = (time.perf_counter() - started) * 1000.0
-            doc = resp.json() if resp.status_code == 200 else None
-            return rid, resp.status_code, elapsed, violations_of(resp, "/v1/systemone"), doc, resp.text[:500]
-
-        started = time.perf_counter()
-        results = []
-        try:
-            with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-                futures = [pool.submit(one, job) for job in jobs]
-                for fut in concurrent.futures.as_completed(futures, timeout=args.burst_timeout):
-                    try:
-                        results.append(fut.result())
-                    except Exception as exc:  # noqa: BLE001 -- a transport error is a failure to report
-                        fail(f"burst request raised {type(exc).__name__}: {exc}")
-        except concurrent.futures.TimeoutError:
-            fail(f"burst did not finish within {args.burst_timeout}s ({len(results)}/{len(jobs)} done)")
-        finally:
-            for c in clients:
-                c.close()
-        wall = time.perf_counter() - started
-        statuses: dict[str, int] = {}
-        worst = 0.0
-        for rid, status, _, v, doc, text in results:
-            statuses[str(status)] = statuses.get(str(status), 0) + 1
-            if status != 200:
-                fail(f"burst {rid} answered {status}: {text}")
-            if v:
-                fail(f"burst {rid} breaks the target spec: {v}")
-            if doc is not None and rid in side["answers"]:
-                problems, w, *_ = compare(doc["answers"], side["answers"][rid]["answers"], args.tolerance)
-                worst = max(worst, w)
-                if problems:
-                    fail(f"burst {rid} differs from its sequential answer: {problems[:5]}")
-        lat = [x[2] for x in results] or [float("nan")]
-        side["burst"] = {"requests": len(jobs), "concurrency": args.concurrency, "statuses": statuses,
-                         "wall_s": round(wall, 3), "median_ms": round(statistics.median(lat), 2),
-                         "p90_ms": p90(lat), "max_ms": round(max(lat), 2),
-                         "max_abs_diff_vs_sequential": worst}
+        side["burst"] = run_burst(url, timeout, args, side["answers"], fail)
         print(f"[{label}] burst: {side['burst']}", flush=True)
 
     warnings = [ln for ln in server.lines if "warning" in ln.lower() or "error" in ln.lower() or "Traceback" in ln]
@@ -387,6 +282,140 @@ def run_side(server: Server, args: argparse.Namespace, failures: list[str]) -> d
     if any("Traceback" in ln for ln in server.lines):
         fail("the server printed a traceback:\n" + server.tail())
     return side
+
+
+def check_probes(client: httpx.Client, device: str, side: dict[str, Any], fail: Fail) -> str:
+    """1. The probes answer and conform, and /health names the device's type (returned)."""
+    for path in ("/livez", "/readyz", "/health"):
+        r = client.get(path)
+        v = violations_of(r, path)
+        if r.status_code != 200:
+            fail(f"GET {path} answered {r.status_code}: {r.text[:500]}")
+        if v:
+            fail(f"GET {path} breaks the target spec: {v}")
+    health = client.get("/health").json()
+    side["health"] = health
+    want = device.split(":")[0]
+    devices = {name: m.get("device") for name, m in (health.get("models") or {}).items()}
+    side["health_devices"] = devices
+    if not devices or any(str(d).split(":")[0] != want for d in devices.values()):
+        fail(f"/health reports devices {devices}, expected {want!r} (asked for --device {device})")
+    return want
+
+
+def check_decisions(client: httpx.Client, rounds: int, want: str, side: dict[str, Any], fail: Fail) -> None:
+    """2. The decisions, sequential, `rounds` times over (for latency): each conforms, every round
+    answers as the first, and each names the device it ran on."""
+    answers: dict[str, Any] = {}
+    latencies: list[float] = []
+    by_request: dict[str, list[float]] = {}
+    for round_ in range(rounds):
+        for rid, body in requests_to_send():
+            started = time.perf_counter()
+            r = client.post("/v1/systemone", json=body)
+            elapsed = (time.perf_counter() - started) * 1000.0
+            latencies.append(elapsed)
+            by_request.setdefault(rid, []).append(round(elapsed, 2))
+            v = violations_of(r, "/v1/systemone")
+            if v:
+                fail(f"POST /v1/systemone {rid} breaks the target spec: {v}")
+            if r.status_code != 200:
+                fail(f"POST /v1/systemone {rid} answered {r.status_code}: {r.text[:800]}")
+                continue
+            doc = r.json()
+            if round_ == 0:
+                answers[rid] = {"answers": doc["answers"], "input_tokens": doc["usage"]["input_tokens"],
+                                "served_by": doc.get("served_by")}
+            else:
+                problems, *_ = compare(doc["answers"], answers[rid]["answers"], 0.0)
+                if problems:
+                    fail(f"{rid}: round {round_ + 1} differs from round 1 on the same server: {problems[:5]}")
+    side["answers"] = answers
+    side["latency_by_request_ms"] = by_request
+    side["sequential_ms"] = {"n": len(latencies), "median": round(statistics.median(latencies), 2),
+                             "p90": p90(latencies),
+                             "min": round(min(latencies), 2), "max": round(max(latencies), 2)}
+    for rid, a in answers.items():
+        sb = a.get("served_by") or {}
+        if str(sb.get("device", "")).split(":")[0] != want:
+            fail(f"{rid}: served_by.device is {sb.get('device')!r}, expected {want!r}")
+
+
+def check_batch(client: httpx.Client, side: dict[str, Any], fail: Fail) -> None:
+    r = client.post("/v1/systemone/batch", json=BATCH)
+    v = violations_of(r, "/v1/systemone/batch")
+    if v:
+        fail(f"POST /v1/systemone/batch breaks the target spec: {v}")
+    if r.status_code != 200:
+        fail(f"POST /v1/systemone/batch answered {r.status_code}: {r.text[:800]}")
+    else:
+        side["batch"] = [{"answers": x["answers"], "input_tokens": x["usage"]["input_tokens"]}
+                         for x in r.json()["results"]]
+
+
+def run_burst(url: str, timeout: httpx.Timeout, args: argparse.Namespace, sequential: dict[str, Any],
+              fail: Fail) -> dict[str, Any]:
+    """4. A bounded concurrent burst: every answer 200, conforming, and as its sequential answer
+    (within the tolerance); its summary."""
+    bodies = requests_to_send()
+    jobs = [bodies[i % len(bodies)] for i in range(args.burst)]
+    started = time.perf_counter()
+    results = burst_results(url, timeout, jobs, args.concurrency, args.burst_timeout, fail)
+    wall = time.perf_counter() - started
+    statuses: dict[str, int] = {}
+    worst = 0.0
+    for rid, status, _, v, doc, text in results:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+        if status != 200:
+            fail(f"burst {rid} answered {status}: {text}")
+        if v:
+            fail(f"burst {rid} breaks the target spec: {v}")
+        if doc is not None and rid in sequential:
+            problems, w, *_ = compare(doc["answers"], sequential[rid]["answers"], args.tolerance)
+            worst = max(worst, w)
+            if problems:
+                fail(f"burst {rid} differs from its sequential answer: {problems[:5]}")
+    lat = [x[2] for x in results] or [float("nan")]
+    return {"requests": len(jobs), "concurrency": args.concurrency, "statuses": statuses,
+            "wall_s": round(wall, 3), "median_ms": round(statistics.median(lat), 2),
+            "p90_ms": p90(lat), "max_ms": round(max(lat), 2),
+            "max_abs_diff_vs_sequential": worst}
+
+
+def burst_results(url: str, timeout: httpx.Timeout, jobs: list[tuple[str, dict[str, Any]]], concurrency: int,
+                  burst_timeout: float, fail: Fail) -> list[BurstResult]:
+    """Send `jobs`, `concurrency` at a time, one client per worker thread; the outcomes that came back."""
+    local = threading.local()
+    clients: list[httpx.Client] = []
+    lock = threading.Lock()
+
+    def one(job: tuple[str, dict[str, Any]]) -> BurstResult:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=url, timeout=timeout, trust_env=False)
+            with lock:
+                clients.append(local.client)
+        rid, body = job
+        started = time.perf_counter()
+        resp = local.client.post("/v1/systemone", json=body)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        doc = resp.json() if resp.status_code == 200 else None
+        return rid, resp.status_code, elapsed, violations_of(resp, "/v1/systemone"), doc, resp.text[:500]
+
+    results: list[BurstResult] = []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            futures = [pool.submit(one, job) for job in jobs]
+            for fut in concurrent.futures.as_completed(futures, timeout=burst_timeout):
+                try:
+                    results.append(fut.result())
+                except Exception as exc:  # noqa: BLE001 -- a transport error is a failure to report
+                    fail(f"burst request raised {type(exc).__name__}: {exc}")
+    except concurrent.futures.TimeoutError:
+        fail(f"burst did not finish within {burst_timeout}s ({len(results)}/{len(jobs)} done)")
+    finally:
+        for c in clients:
+            c.close()
+    return results
 
 
 def compare_sides(side: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> dict[str, Any]:
@@ -447,7 +476,7 @@ def cuda_info() -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda:0", help="device under test (default cuda:0); cpu for a dry run")
     p.add_argument("--baseline-device", default="cpu", help="device to compare with (default cpu)")
@@ -464,6 +493,70 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--also-autocast-off", action="store_true",
                    help="diagnostic: also run DEVICE with laya's autocast switched off (fp32) and compare it with "
                         "the baseline; its differences are reported, not counted as failures")
+    return p
+
+
+def check_cuda(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    if args.device.startswith("cuda") or args.baseline_device.startswith("cuda"):
+        result["cuda"] = cuda_info()
+        print(f"cuda: {result['cuda']}", flush=True)
+        if not result["cuda"].get("cuda_available"):
+            raise CheckFailed(f"torch sees no CUDA device: {result['cuda']}")
+
+
+def run_sides(args: argparse.Namespace, out: Path | None, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Start each server in turn (device, the fp32 diagnostic if asked, baseline) and check it."""
+    failures: list[str] = result["failures"]
+    sides: dict[str, dict[str, Any]] = {}
+    plan = [("primary", args.device, False), ("baseline", args.baseline_device, False)]
+    if args.also_autocast_off:
+        plan.insert(1, ("primary_fp32", args.device, True))
+    for label, device, autocast_off in plan:
+        log = out / f"server_{label}.log" if out is not None else Path(os.devnull)
+        print(f"== {label}: python -m pytest_laya_reference --device {device}"
+              + (" (laya autocast off)" if autocast_off else ""), flush=True)
+        server = Server(args.python, device, label, log, args.server_arg, autocast_off=autocast_off)
+        # The diagnostic side's findings are reported, never counted as this check's failures.
+        side_failures = failures if not autocast_off else result.setdefault("diagnostic_failures", [])
+        try:
+            sides[label] = run_side(server, args, side_failures)
+        except CheckFailed as exc:
+            side_failures.append(str(exc))
+            print(f"FAIL {exc}", flush=True)
+        except Exception as exc:  # noqa: BLE001 -- report it with the server's output
+            side_failures.append(f"[{label}] {type(exc).__name__}: {exc}\nserver output:\n{server.tail()}")
+            print(f"FAIL [{label}] {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            code = server.stop()
+            if label in sides:
+                sides[label]["exit_code"] = code
+    return sides
+
+
+def compare_with_baseline(args: argparse.Namespace, sides: dict[str, dict[str, Any]], result: dict[str, Any]) -> None:
+    """3. device vs baseline (a failure per difference), and the diagnostic side vs baseline (reported)."""
+    result["comparisons"] = {}
+    for label in ("primary", "primary_fp32"):
+        if label not in sides or "baseline" not in sides:
+            continue
+        comparison = compare_sides(sides[label], sides["baseline"], args.tolerance)
+        result["comparisons"][f"{label}_vs_baseline"] = comparison
+        if label == "primary":
+            result["comparison"] = comparison
+            result["failures"].extend(f"[{args.device} vs {args.baseline_device}] {d}" for d in comparison["differences"])
+        print(f"comparison {label} vs baseline: {json.dumps(comparison)}", flush=True)
+
+
+def latency_summary(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        label: {"sequential_median_ms": s.get("sequential_ms", {}).get("median"),
+                "burst_median_ms": (s.get("burst") or {}).get("median_ms"),
+                "burst_wall_s": (s.get("burst") or {}).get("wall_s"), "startup_s": s.get("startup_s")}
+        for label, s in sides.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.rounds < 1 or args.concurrency < 1 or args.burst < 0:
         p.error("--rounds and --concurrency must be >= 1, --burst >= 0")
@@ -477,53 +570,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rc = 0
     try:
-        if args.device.startswith("cuda") or args.baseline_device.startswith("cuda"):
-            result["cuda"] = cuda_info()
-            print(f"cuda: {result['cuda']}", flush=True)
-            if not result["cuda"].get("cuda_available"):
-                raise CheckFailed(f"torch sees no CUDA device: {result['cuda']}")
+        check_cuda(args, result)
         Spec.target()  # load the spec once, before any timing
-        sides: dict[str, dict[str, Any]] = {}
-        plan = [("primary", args.device, False), ("baseline", args.baseline_device, False)]
-        if args.also_autocast_off:
-            plan.insert(1, ("primary_fp32", args.device, True))
-        for label, device, autocast_off in plan:
-            log = out / f"server_{label}.log" if out is not None else Path(os.devnull)
-            print(f"== {label}: python -m pytest_laya_reference --device {device}"
-                  + (" (laya autocast off)" if autocast_off else ""), flush=True)
-            server = Server(args.python, device, label, log, args.server_arg, autocast_off=autocast_off)
-            # The diagnostic side's findings are reported, never counted as this check's failures.
-            side_failures = failures if not autocast_off else result.setdefault("diagnostic_failures", [])
-            try:
-                sides[label] = run_side(server, args, side_failures)
-            except CheckFailed as exc:
-                side_failures.append(str(exc))
-                print(f"FAIL {exc}", flush=True)
-            except Exception as exc:  # noqa: BLE001 -- report it with the server's output
-                side_failures.append(f"[{label}] {type(exc).__name__}: {exc}\nserver output:\n{server.tail()}")
-                print(f"FAIL [{label}] {type(exc).__name__}: {exc}", flush=True)
-            finally:
-                code = server.stop()
-                if label in sides:
-                    sides[label]["exit_code"] = code
+        sides = run_sides(args, out, result)
         result["sides"] = sides
-
-        # 3. device vs baseline (and the diagnostic side vs baseline)
-        result["comparisons"] = {}
-        for label in ("primary", "primary_fp32"):
-            if label not in sides or "baseline" not in sides:
-                continue
-            comparison = compare_sides(sides[label], sides["baseline"], args.tolerance)
-            result["comparisons"][f"{label}_vs_baseline"] = comparison
-            if label == "primary":
-                result["comparison"] = comparison
-                failures.extend(f"[{args.device} vs {args.baseline_device}] {d}" for d in comparison["differences"])
-            print(f"comparison {label} vs baseline: {json.dumps(comparison)}", flush=True)
-        result["latency_summary"] = {
-            label: {"sequential_median_ms": s.get("sequential_ms", {}).get("median"),
-                    "burst_median_ms": (s.get("burst") or {}).get("median_ms"),
-                    "burst_wall_s": (s.get("burst") or {}).get("wall_s"), "startup_s": s.get("startup_s")}
-            for label, s in sides.items()}
+        compare_with_baseline(args, sides, result)
+        result["latency_summary"] = latency_summary(sides)
         print(f"latency: {json.dumps(result['latency_summary'])}", flush=True)
     except CheckFailed as exc:
         failures.append(str(exc))
