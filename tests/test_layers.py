@@ -1,16 +1,16 @@
 """The architecture, held by the code's own imports (docs/architecture.md draws it).
 
 Read with `ast`, nothing is imported: every import statement of the kit and of the reference
-server, at module level or inside a function (a lazy import is still a dependency), except
-those under ``if TYPE_CHECKING:``. Layers import only downward, modules import in no circle,
-the wire layer imports nothing heavy, and the reference server stands on the wire layer alone.
+server, at module level, inside a function (a lazy import is still a dependency) or under ``if
+TYPE_CHECKING:`` (a type named is a dependency too). Layers import only downward, modules
+import in no circle, the wire layer imports nothing heavy, and the reference server stands on
+the wire layer alone.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -59,22 +59,13 @@ def _sources(package: str) -> dict[str, Path]:
     return {_module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(path: Path, module: str, known: set[str]) -> set[str]:
-    """The modules `module` imports at run time (resolved to known modules where they are ours)."""
+    """The modules `module` imports, anywhere (resolved to known modules where they are ours)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -124,31 +115,91 @@ def test_layers_import_only_downward():
     assert upward == [], "\n".join(sorted(upward))
 
 
-def test_the_kit_imports_itself_in_no_circle():
-    kit_edges = {m: {t for t in ts if t in KIT and t != m} for m, ts in GRAPH.items() if m in KIT}
-    # A package's __init__ re-exporting its own modules is not a circle of ideas; the modules are.
-    for module in kit_edges:
-        if KIT[module].name == "__init__.py":
-            kit_edges[module] = {t for t in kit_edges[module] if not t.startswith(module + ".")}
-    circles = []
-    state: dict[str, int] = defaultdict(int)
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other in a circle (strongly connected components
+    of more than one module), each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
     stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
 
-    def walk(node: str) -> None:
-        state[node] = 1
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
         stack.append(node)
-        for nxt in sorted(kit_edges.get(node, ())):
-            if state[nxt] == 1:
-                circles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
-            elif state[nxt] == 0:
-                walk(nxt)
-        stack.pop()
-        state[node] = 2
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
 
-    for module in sorted(kit_edges):
-        if state[module] == 0:
-            walk(module)
-    assert circles == [], "\n".join(circles)
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+def _edges(graph: dict[str, set[str]], modules: dict[str, Path]) -> dict[str, set[str]]:
+    edges = {m: {t for t in ts if t in modules and t != m} for m, ts in graph.items() if m in modules}
+    # A package's __init__ re-exporting its own modules is not a circle of ideas; the modules are.
+    for module in edges:
+        if modules[module].name == "__init__.py":
+            edges[module] = {t for t in edges[module] if not t.startswith(module + ".")}
+    return edges
+
+
+#: The recording suite's helpers (cassettes/recording/, imported by their bare names).
+RECORDING = {p.stem: p for p in sorted((ROOT / "cassettes" / "recording").glob("*.py"))}
+RECORDING_GRAPH = {name: _imports(path, name, set(RECORDING)) for name, path in RECORDING.items()}
+#: Circles still being broken, each with its owner; an entry goes when its circle does.
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+    frozenset({"pytest_laya.plugin.routes", "pytest_laya.plugin.handle", "pytest_laya.plugin.caught_errors"}):
+        "owner refactoring this turn: h-plugin (the TestRoute the handle and caught errors type against)",
+}
+
+
+def _unexplained(groups: list[list[str]]) -> list[str]:
+    return [" <-> ".join(group) for group in groups if not any(set(group) <= known for known in KNOWN_CIRCLES)]
+
+
+def test_the_kit_imports_itself_in_no_circle():
+    circles = _unexplained(_circles(_edges(GRAPH, KIT)) + _circles(_edges(RECORDING_GRAPH, RECORDING)))
+    assert circles == [], "these modules import each other in a circle (TYPE_CHECKING and lazy imports count): " \
+        "move what they share to the module it belongs to\n" + "\n".join(circles)
+
+
+def test_the_known_circles_are_still_there():
+    groups = _circles(_edges(GRAPH, KIT))
+    gone = [sorted(known) for known in KNOWN_CIRCLES if not any(set(group) <= known for group in groups)]
+    assert gone == [], f"no longer a circle, drop it from KNOWN_CIRCLES: {gone}"
+
+
+def test_the_circle_check_sees_every_kind_of_import(tmp_path):
+    """A circle closed only by a lazy import, or only by one under TYPE_CHECKING, is a circle."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import B\n")
+    (package / "b.py").write_text("def f():\n    from pkg.c import C\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n")
+    modules = {f"pkg.{p.stem}": p for p in package.glob("?.py")}
+    graph = {name: _imports(path, name, set(modules)) for name, path in modules.items()}
+    assert _circles(_edges(graph, modules)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    (package / "c.py").write_text("import typing\n")
+    graph["pkg.c"] = _imports(package / "c.py", "pkg.c", set(modules))
+    assert _circles(_edges(graph, modules)) == []
 
 
 def test_the_wire_layer_imports_nothing_heavy():

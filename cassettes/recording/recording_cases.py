@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from recording_servers import admission_held
+
 #: Server kinds (cassette sets) and the spec each is held to.
 REFERENCE = "reference"
 LAYA_SERVE = "laya-serve-0.4.15"
@@ -28,12 +30,10 @@ LAYA_SERVE = "laya-serve-0.4.15"
 LAYA_SERVE_STRICT = "laya-serve-0.4.15-strict"
 SPEC_OF = {REFERENCE: "target", LAYA_SERVE: "current", LAYA_SERVE_STRICT: "current"}
 
-#: The API key of the keyed servers, and the wrong one a case sends. Canaries: neither may appear
-#: in any cassette, in any spelling (tests/cassettes/test_shipped_cassettes.py looks).
-SERVER_KEY = "sk-cassette-canary-9d2f61c4"
+#: The wrong API key a case sends. A canary, as the keyed servers' own key
+#: (`recording_servers.SERVER_KEY`): neither may appear in any cassette, in any spelling
+#: (tests/cassettes/test_shipped_cassettes.py looks).
 WRONG_KEY = "sk-cassette-wrong-canary-40b7e2"
-#: How long a busy server waits for a stalled upload's body: the saturation must outlast a case.
-BUSY_BODY_TIMEOUT_S = 60.0
 #: The name the tiny checkpoint is served as (the reference server's only model; one of laya-serve's).
 MODEL = "tiny"
 
@@ -255,8 +255,6 @@ def run(case: Case, kind: str, server: Any, client: Any) -> list[int]:
                 statuses.append(_send(http, send, server.api_key, spec))
 
         if case.server == "busy":
-            from recording_servers import admission_held
-
             with admission_held(server, body({"refund": REFUND})):
                 send_all(case.sends)
         else:

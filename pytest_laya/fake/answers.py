@@ -293,7 +293,7 @@ class FakeLaya:
         `PinError` for a pin that can never be right. `where` names the pin in messages (by
         default the caller's file:line).
         """
-        return self._pins.add(Pin(self, answers, state=state, questions=questions, times=times, where=where))
+        return self._pins.pin(answers, state=state, questions=questions, times=times, where=where)
 
     @property
     def pins(self) -> tuple[Pin, ...]:
@@ -304,9 +304,6 @@ class FakeLaya:
         """Remove every pin (their calls and errors are kept for `check_pins`)."""
         for pin in list(self._pins.active):
             pin.remove()
-
-    def _unpin(self, pin: Pin) -> None:
-        self._pins.remove(pin)
 
     @property
     def pin_errors(self) -> list[str]:

@@ -7,8 +7,8 @@ mimics laya-serve as recorded in ``cassettes/laya-serve-0.4.15``: ``{"detail"}``
 texts and order (the first problem only), ``model: "laya-rl-agent"``, its /health, and conforms to
 the current spec.
 
-Each flavour turns a request into ``(status, headers, JSON body)`` for a `FakeLaya`, which
-supplies the answers; neither does any I/O.
+Each flavour turns a request into ``(status, headers, JSON body)`` for an `Answerer` (the
+`FakeLaya`), which supplies the answers; neither does any I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import http
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pytest_laya.faults import ReceivedRequest
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, SPEC_HEADER, is_valid_request_id, new_request_id
@@ -41,10 +41,7 @@ from pytest_laya.wire.routes import (
     READYZ_PATH,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_laya.fake.answers import FakeLaya
-
-__all__ = ["FLAVORS", "TARGET", "LAYA_SERVE", "LIMITS", "LAYA_SERVE_MODEL_FIELD", "Exchange", "flavour"]
+__all__ = ["FLAVORS", "TARGET", "LAYA_SERVE", "LIMITS", "LAYA_SERVE_MODEL_FIELD", "Answerer", "Exchange", "flavour"]
 
 TARGET = "target"
 LAYA_SERVE = "laya-serve-0.4.15"
@@ -64,6 +61,26 @@ LAYA_SERVE_MODEL_FIELD = "laya-rl-agent"
 
 #: (status, headers, JSON body or text) of one response.
 Exchange = tuple[int, dict[str, str], Any]
+
+
+class Answerer(Protocol):
+    """What a flavour asks of the fake (`FakeLaya`): who answers, its limits, and the answers."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def revision(self) -> str: ...
+
+    @property
+    def served_by(self) -> dict[str, Any]: ...
+
+    @property
+    def limits(self) -> Mapping[str, int]: ...
+
+    def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(answers in question order, usage) for already valid questions."""
+        ...
 
 # FakeLayaServer.status(code): the problem code each documented status gets in the target flavour.
 _SCRIPTED_CODE: dict[int, str] = {
@@ -127,13 +144,13 @@ class _TargetFlavour:
 
     name = TARGET
 
-    def health(self, laya: FakeLaya, *, authorized: bool) -> dict[str, Any]:
+    def health(self, laya: Answerer, *, authorized: bool) -> dict[str, Any]:
         if not authorized:
             return {"status": "ok"}
         return {"status": "ok", "spec": TARGET, "ready": True, "models": {laya.model: laya.served_by},
                 "limits": dict(laya.limits)}
 
-    def request(self, laya: FakeLaya, body: Any, *, batch: bool, request_id: str | None,
+    def request(self, laya: Answerer, body: Any, *, batch: bool, request_id: str | None,
                 parsed: bool = False) -> Exchange:
         """Answer a parsed body; `parsed` says `parse_json_object` already checked its text."""
         rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
@@ -173,7 +190,7 @@ class _TargetFlavour:
             out[REQUEST_ID_HEADER] = request_id
         return problem.status, out, problem.document(request_id)
 
-    def refusal(self, laya: FakeLaya, status: int, *, detail: str | None, extra: dict[str, str],
+    def refusal(self, laya: Answerer, status: int, *, detail: str | None, extra: dict[str, str],
                 request_id: str | None, first: Any, code: str | None = None) -> Exchange:
         extra = {**extra, SPEC_HEADER: TARGET}
         rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
@@ -193,12 +210,12 @@ class _TargetFlavour:
                        "detail": detail or "refused by FakeLayaServer.status(422)"}]
         return self.problem(Problem(code, detail or scripted, errors=errors), rid, extra)
 
-    def exchange(self, laya: FakeLaya, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
         """One HTTP request, routed as the reference server routes it, claiming the target spec."""
         status, headers, body = self._route(laya, request, authorized=authorized)
         return status, {**headers, SPEC_HEADER: TARGET}, body
 
-    def _route(self, laya: FakeLaya, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def _route(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
         supplied = request.header(REQUEST_ID_HEADER) or ""
         rid = supplied if is_valid_request_id(supplied) else new_request_id()
         path = request.path.split("?", 1)[0]
@@ -240,7 +257,7 @@ class _LayaServeFlavour:
 
     name = LAYA_SERVE
 
-    def health(self, laya: FakeLaya, *, authorized: bool) -> dict[str, Any]:
+    def health(self, laya: Answerer, *, authorized: bool) -> dict[str, Any]:
         if not authorized:
             return {"status": "ok"}
         return {
@@ -253,7 +270,7 @@ class _LayaServeFlavour:
             "cpu_fallbacks": {laya.model: {"count": 0, "last_reason": None}},
         }
 
-    def request(self, laya: FakeLaya, body: Any, *, batch: bool, request_id: str | None,
+    def request(self, laya: Answerer, body: Any, *, batch: bool, request_id: str | None,
                 parsed: bool = False) -> Exchange:
         try:
             states, questions, explicit = self._checked(laya, body, batch=batch)
@@ -271,13 +288,13 @@ class _LayaServeFlavour:
         return 200, headers, {"results": singles, "total_usage": _total_usage(results)}
 
     @staticmethod
-    def _routing(laya: FakeLaya, explicit: Any) -> dict[str, Any]:
+    def _routing(laya: Answerer, explicit: Any) -> dict[str, Any]:
         # laya-serve routes a name it does not serve as if none was given ("let the router
         # choose"), so a client that insists on another name sees routing.model differ.
         reason = f"explicit model={laya.model!r}" if explicit == laya.model else "default model"
         return {"model": laya.model, "repo": laya.model, "reason": reason, "detection": None, "workflow": None}
 
-    def refusal(self, laya: FakeLaya, status: int, *, detail: str | None, extra: dict[str, str],
+    def refusal(self, laya: Answerer, status: int, *, detail: str | None, extra: dict[str, str],
                 request_id: str | None, first: Any, code: str | None = None) -> Exchange:
         if status in _PROXY_TEXT:
             text = detail if detail is not None else _PROXY_TEXT[status]
@@ -290,7 +307,7 @@ class _LayaServeFlavour:
                 detail = _LAYA_SERVE_TEXT.get(status, _phrase(status))
         return status, {"Content-Type": JSON_MEDIA_TYPE, **extra}, {"detail": detail}
 
-    def exchange(self, laya: FakeLaya, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
         path = request.path.split("?", 1)[0]
         routes = {DECIDE_PATH: "POST", BATCH_PATH: "POST", HEALTH_PATH: "GET"}
 
@@ -314,7 +331,7 @@ class _LayaServeFlavour:
             return detail(400, "request body must be valid JSON")
         return self.request(laya, body, batch=path == BATCH_PATH, request_id=None)
 
-    def _checked(self, laya: FakeLaya, body: Any, *, batch: bool) -> tuple[list[Any], dict[str, Any], Any]:
+    def _checked(self, laya: Answerer, body: Any, *, batch: bool) -> tuple[list[Any], dict[str, Any], Any]:
         limits = laya.limits
         if batch:
             if not isinstance(body, Mapping) or "questions" not in body or "states" not in body:

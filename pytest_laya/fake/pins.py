@@ -24,14 +24,11 @@ import sys
 import threading
 from collections.abc import Callable, Collection, Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 from pytest_laya.fake.scoring import canonical_json
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.errors import LayaConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_laya.fake.answers import FakeLaya
 
 __all__ = [
     "PINNED_PROBABILITY",
@@ -159,7 +156,7 @@ class Pin:
     leaving ``with fake.pin(...):``) stops it; `active` says whether it still applies.
     """
 
-    def __init__(self, owner: FakeLaya, answers: Any, *, state: StateMatcher = None, questions: QuestionsMatcher = None,
+    def __init__(self, board: PinBoard, answers: Any, *, state: StateMatcher = None, questions: QuestionsMatcher = None,
                  times: int | None = None, where: str | None = None) -> None:
         self.answers: Mapping[str, Any] = check_answers(answers)
         self._given = dict(answers)
@@ -172,7 +169,7 @@ class Pin:
         self.calls = Calls()
         self.errors: list[str] = []
         self.used = 0
-        self._owner = owner
+        self._board = board
         self._removed = False
         self._reported = 0  # errors already raised by a check
         self._unused_reported = False
@@ -184,7 +181,7 @@ class Pin:
     def remove(self) -> None:
         """Stop applying this pin (its calls and errors are kept)."""
         self._removed = True
-        self._owner._unpin(self)
+        self._board.remove(self)
 
     def __enter__(self) -> Pin:
         return self
@@ -257,6 +254,11 @@ class PinBoard:
         self._lock = threading.Lock()
         self.active: list[Pin] = []
         self.every: list[Pin] = []
+
+    def pin(self, answers: Any, *, state: StateMatcher = None, questions: QuestionsMatcher = None,
+            times: int | None = None, where: str | None = None) -> Pin:
+        """A new `Pin` of `answers`, in effect after every earlier one; raises `PinError` for a pin that can never be right."""
+        return self.add(Pin(self, answers, state=state, questions=questions, times=times, where=where))
 
     def add(self, pin: Pin) -> Pin:
         with self._lock:

@@ -11,16 +11,22 @@ override, so a cassette records and replays it like any other transport. Importe
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
+from pytest_laya.fake.flavours import Exchange
 from pytest_laya.faults import ReceivedRequest, Respond
 
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_laya.fake.answers import FakeLaya
+__all__ = ["Exchanger", "FakeLayaTransport", "received"]
 
-__all__ = ["FakeLayaTransport", "received"]
+
+class Exchanger(Protocol):
+    """What answers the transport's requests: `FakeLaya.exchange`, the fake's one path."""
+
+    def exchange(self, request: ReceivedRequest, *, api_key: str | None = None, url: str | None = None,
+                 fault: str | None = None) -> Exchange:
+        ...
 
 
 def received(request: httpx.Request) -> ReceivedRequest:
@@ -57,7 +63,7 @@ class FakeLayaTransport(httpx.MockTransport):
     ``httpx.AsyncClient(transport=...)``: one object serves both. Any host is answered.
     """
 
-    def __init__(self, laya: FakeLaya, *, api_key: str | None = None) -> None:
+    def __init__(self, laya: Exchanger, *, api_key: str | None = None) -> None:
         super().__init__(self._answer)
         self.laya = laya
         self._api_key = api_key

@@ -40,12 +40,12 @@ from recording_cases import (  # noqa: E402
     LAYA_SERVE_STRICT,
     MODEL,
     REFERENCE,
-    SERVER_KEY,
     SPEC_OF,
     WRONG_KEY,
     cases_for,
     decision_cases,
 )
+from recording_servers import SERVER_KEY  # noqa: E402
 
 SHIPPED = sorted(p for p in CASSETTES.rglob("*.yaml") if RECORDING not in p.parents)
 SYSTEM1_KINDS = ("worker", "frontend", "frontend-down", "laya-serve-0.3.20")

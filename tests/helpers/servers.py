@@ -43,7 +43,7 @@ def reference_server(settings: Any = None, *, models: Mapping[str, str] | None =
 
 
 #: The API key every module gives a keyed laya-serve, so that they share one process: the
-#: recording suite's (cassettes/recording/recording_cases.py SERVER_KEY), which
+#: recording suite's (cassettes/recording/recording_servers.py SERVER_KEY), which
 #: tests/cassettes/test_shipped_cassettes.py uses. A canary: tests assert it never shows in output.
 LAYA_SERVE_KEY = "sk-cassette-canary-9d2f61c4"
 
