@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 # The token window counted for a request that sets no `max_len` (laya's default, and the window
 # of its published checkpoints and of the embedded tiny one): one rule, in the wire layer.
-from pytest_laya.wire.requests import DEFAULT_WINDOW_TOKENS
+from pytest_laya.wire.requests import DEFAULT_WINDOW_TOKENS, MAX_BODY_BYTES
 
 __all__ = ["DEFAULT_WINDOW_TOKENS", "INFLIGHT_REQUESTS", "Limits", "ServerSettings", "check_api_key"]
 
@@ -29,7 +29,7 @@ class Limits:
 
     max_questions: int = 64
     max_state_chars: int = 50_000
-    max_body_bytes: int = 2 * 1024 * 1024
+    max_body_bytes: int = MAX_BODY_BYTES
     max_options: int = 100
     max_batch_states: int = 64
     max_request_tokens: int = 64 * DEFAULT_WINDOW_TOKENS

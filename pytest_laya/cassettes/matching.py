@@ -11,6 +11,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_laya.wire.json_text import canonical_json
 from pytest_laya.wire.pointer import join
 
 __all__ = [
@@ -63,10 +64,6 @@ def parse_json(raw: bytes) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return NOT_JSON
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_body(body: Any) -> bytes:

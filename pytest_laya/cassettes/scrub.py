@@ -18,6 +18,7 @@ from pytest_laya.cassettes.places import decision_part, is_name, may_be_volatile
 from pytest_laya.client.secret import revealed
 from pytest_laya.wire.headers import parse_traceparent
 from pytest_laya.wire.pointer import escape as escape_pointer
+from pytest_laya.wire.redaction import REDACTED
 
 __all__ = [
     "RECORDED_ORIGIN",
@@ -41,9 +42,6 @@ RECORDED_REQUEST_ID = "recorded"
 #: The stored value of every traceparent: a valid W3C trace context that never changes.
 RECORDED_TRACEPARENT = "00-00000000000000000000000000000001-0000000000000001-01"
 
-
-#: What replaces a secret.
-REDACTED = "<redacted>"
 
 
 #: Response headers kept in a cassette; everything else (Date, Server, Set-Cookie...) is dropped.
@@ -383,14 +381,14 @@ def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> d
     A cassette stores what the client read, so replay needs no decoder; vcrpy's own decoding has
     no size bound, so a small compression bomb would grow to gigabytes while recording.
     """
-    encoding = next((v for k, v in headers.items() if str(k).lower() == "content-encoding"), None)
+    from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body, recorded_coding
+
+    encoding = recorded_coding(headers)
     if not encoding:
         return headers
     from pytest_laya.cassettes.errors import CassetteError
     from pytest_laya.client.call import MAX_RESPONSE_BYTES
-    from pytest_laya.client.decoding import BodyTooLarge, UndecodableBody, decode_body
 
-    encoding = ", ".join(map(str, encoding)) if isinstance(encoding, (list, tuple)) else str(encoding)
     body = response.get("body") or {}
     try:
         body["string"] = decode_body(body_bytes(body.get("string")), encoding, MAX_RESPONSE_BYTES)

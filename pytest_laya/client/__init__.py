@@ -13,10 +13,11 @@ from pytest_laya.client.async_client import AsyncServedLayaClient
 from pytest_laya.client.call import IDENTITY_TTL_S, MAX_RESPONSE_BYTES
 from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
-from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings, RedactedUrl, redact_url
+from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings
 from pytest_laya.client.sync_client import ServedLayaClient
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.routes import DECIDE_PATH, HEALTH_PATH
+from pytest_laya.wire.urls import RedactedUrl, redact_url
 
 __all__ = [
     "DECIDE_PATH",

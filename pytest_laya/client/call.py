@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 
-from pytest_laya.client.decoding import ACCEPT_ENCODING, BodyDecoder, BodyTooLarge, UndecodableBody
 from pytest_laya.client.policy import Deadline, Retry, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import BearerAuth
 from pytest_laya.client.settings import ClientSettings
+from pytest_laya.wire.content_coding import ACCEPT_ENCODING, BodyDecoder, BodyTooLarge, UndecodableBody
 from pytest_laya.wire.decision import Decision, Provenance, parse_answers, parse_usage
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError, LayaError
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, is_valid_request_id, new_request_id, new_traceparent, parse_server_timing

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_laya.wire.headers import parse_retry_after
+from pytest_laya.wire.headers import header_value, parse_retry_after
 
 __all__ = ["Deadline", "TransportFailure", "Retry", "RetryPolicy"]
 
@@ -86,7 +86,7 @@ class RetryPolicy:
 
     @staticmethod
     def retry_after(headers: Mapping[str, str]) -> float | None:
-        value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+        value = header_value(headers, "retry-after")
         try:
             wait = parse_retry_after(value)
         except (ValueError, OverflowError, TypeError):  # e.g. "²": a digit to str.isdigit, not to float

@@ -12,9 +12,9 @@ from collections.abc import Generator
 
 import httpx
 
-__all__ = ["BearerAuth", "Secret", "key_problem", "revealed"]
+from pytest_laya.wire.redaction import MASK
 
-_REDACTED = "***"
+__all__ = ["BearerAuth", "Secret", "key_problem", "revealed"]
 
 
 class Secret:
@@ -44,7 +44,7 @@ class Secret:
         raise AttributeError("a Secret is immutable")
 
     def __repr__(self) -> str:
-        return f"Secret({_REDACTED!r})"
+        return f"Secret({MASK!r})"
 
     __str__ = __repr__
 
@@ -108,4 +108,4 @@ class BearerAuth(httpx.Auth):
         yield request
 
     def __repr__(self) -> str:
-        return "BearerAuth(Secret('***'))"
+        return f"BearerAuth(Secret({MASK!r}))"

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pytest_laya.client.secret import Secret, key_problem
 from pytest_laya.wire.errors import LayaConfigError
+from pytest_laya.wire.redaction import MASK
+from pytest_laya.wire.urls import RedactedUrl, redact_url, split_authority, strip_userinfo
 
-__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "RedactedUrl", "base_url", "redact_url", "strip_userinfo"]
+__all__ = ["ClientSettings", "DEFAULT_TIMEOUT_S", "base_url"]
 
 DEFAULT_TIMEOUT_S = 5.0
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class _Environment:
@@ -42,53 +41,6 @@ class _Environment:
 def _env(environ: _Environment, name: str) -> str | None:
     value = environ.get(name)
     return value if value not in (None, "") else None
-
-
-def _split_authority(url: str) -> tuple[str, str, str, str]:
-    """(scheme://, userinfo@ or '', host[:port], rest) by plain string rules; never raises."""
-    scheme = _SCHEME.match(url)
-    head = scheme.group(0) if scheme else ""
-    tail = url[len(head):]
-    end = min((i for i in (tail.find(c) for c in "/?#") if i >= 0), default=len(tail))
-    authority, rest = tail[:end], tail[end:]
-    at = authority.rfind("@")
-    return head, authority[:at + 1], authority[at + 1:], rest
-
-
-def redact_url(url: str) -> str:
-    """`url` with any user:password part and any query replaced by ``***``; never raises.
-
-    For every message, log line, provenance and report: a password in ``http://user:pw@host``
-    or a token in ``?key=...`` never leaves the process through what the kit prints.
-    """
-    if not isinstance(url, str):
-        return f"<{type(url).__name__}>"
-    head, userinfo, host, rest = _split_authority(url)
-    if "?" in rest:
-        path, _, query = rest.partition("?")
-        fragment = query.partition("#")[2]
-        rest = path + "?***" + ("#" + fragment if fragment else "")
-    return head + ("***@" if userinfo else "") + host + rest
-
-
-class RedactedUrl(str):
-    """A URL (a real `str`) whose repr is `redact_url`'s: a password in it stays out of any
-    traceback's locals (`--showlocals`, error trackers), as the key does in a `Secret`."""
-
-    __slots__ = ()
-
-    @classmethod
-    def wrap(cls, url: object) -> object:
-        return cls(url) if isinstance(url, str) and not isinstance(url, cls) else url
-
-    def __repr__(self) -> str:
-        return repr(redact_url(str(self)))
-
-
-def strip_userinfo(url: str) -> str:
-    """`url` without its user:password part (the client sends those as an Authorization header)."""
-    head, _userinfo, host, rest = _split_authority(url)
-    return head + host + rest
 
 
 #: The routes the client appends to a base URL: a URL ending in one would ask /v1/systemone/v1/systemone.
@@ -192,7 +144,7 @@ class ClientSettings:
         object.__setattr__(self, "api_key", _check_key(key, "api_key"))
 
     def __repr__(self) -> str:
-        key = ", api_key=***" if self.api_key else ""
+        key = f", api_key={MASK}" if self.api_key else ""
         return f"ClientSettings(url={redact_url(self.url)!r}, model={self.model!r}{key}, timeout_s={self.timeout_s:g})"
 
     @property
@@ -208,13 +160,13 @@ class ClientSettings:
     def scrub(self, text: str) -> str:
         """`text` with the API key and any password from `url` replaced by ``***``."""
         secrets = [self.api_key.reveal()] if self.api_key else []
-        head, userinfo, host, rest = _split_authority(self.url)
+        head, userinfo, host, rest = split_authority(self.url)
         if userinfo:
             secrets.append(userinfo[:-1])
             secrets += [part for part in userinfo[:-1].split(":", 1) if len(part) >= 4]
         for secret in sorted(secrets, key=len, reverse=True):
             if secret:
-                text = text.replace(secret, "***")
+                text = text.replace(secret, MASK)
         return text
 
     @classmethod

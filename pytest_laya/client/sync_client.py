@@ -14,7 +14,6 @@ from pytest_laya.client.base import ClientBase, loopback_direct, ssl_context
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
-from pytest_laya.client.settings import RedactedUrl
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.headers import new_request_id
@@ -22,6 +21,7 @@ from pytest_laya.wire.health import Health
 from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.questions import Questions
 from pytest_laya.wire.routes import DECIDE_PATH, HEALTH_PATH
+from pytest_laya.wire.urls import RedactedUrl
 
 __all__ = [
     "ServedLayaClient",

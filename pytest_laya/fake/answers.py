@@ -29,7 +29,6 @@ from pytest_laya.fake.scoring import (
     TEMPERATURE,
     TOKENS_PER_QUESTION,
     act_probability_of,
-    canonical_json,
     certainty,
     count_tokens,
     hash_unit,
@@ -51,6 +50,7 @@ from pytest_laya.wire.headers import (
     is_valid_request_id,
     new_request_id,
 )
+from pytest_laya.wire.json_text import canonical_json
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import Problem
 from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH, JSON_MEDIA_TYPE

@@ -26,6 +26,7 @@ from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
 from pytest_laya.wire.requests import (
     DEFAULT_WINDOW_TOKENS,
+    MAX_BODY_BYTES,
     check_media_type,
     check_nesting,
     has_lone_surrogate,
@@ -51,7 +52,7 @@ FLAVORS: tuple[str, ...] = (TARGET, LAYA_SERVE)
 LIMITS: Mapping[str, int] = {
     "max_questions": 64,
     "max_state_chars": 50_000,
-    "max_body_bytes": 2 * 1024 * 1024,
+    "max_body_bytes": MAX_BODY_BYTES,
     "max_options": 100,
     "max_batch_states": 64,
     "max_request_tokens": 64 * DEFAULT_WINDOW_TOKENS,

@@ -26,9 +26,9 @@ from collections.abc import Callable, Collection, Mapping
 from types import FrameType
 from typing import Any, Union
 
-from pytest_laya.fake.scoring import canonical_json
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.errors import LayaConfigError
+from pytest_laya.wire.json_text import canonical_json
 
 __all__ = [
     "PINNED_PROBABILITY",

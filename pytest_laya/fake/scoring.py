@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_laya.wire.json_text import canonical_json
+
 __all__ = ["TEMPERATURE", "TOKENS_PER_QUESTION", "count_tokens", "rank"]
 
 
@@ -42,11 +44,6 @@ TOKENS_PER_QUESTION = 4
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-
-
-def canonical_json(value: Any) -> str:
-    """The canonical JSON text the hash reads: sorted keys, no spaces, UTF-8 as is."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def hash_unit(parts: list[Any]) -> float:

@@ -47,13 +47,12 @@ def _decoded(response: dict[str, Any]) -> dict[str, Any]:
     its spec check then says the body is not what its media type promises.
     """
     from pytest_laya.client.call import MAX_RESPONSE_BYTES
-    from pytest_laya.client.decoding import BodyTooLarge, UndecodableBody, decode_body
+    from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body, recorded_coding
 
     headers = response.get("headers") or {}
-    encoding = next((v for k, v in headers.items() if str(k).lower() == "content-encoding"), None)
+    encoding = recorded_coding(headers)
     if not encoding:
         return response
-    encoding = ", ".join(encoding) if isinstance(encoding, (list, tuple)) else str(encoding)
     raw = (response.get("body") or {}).get("string") or b""
     try:
         body = decode_body(raw if isinstance(raw, bytes) else str(raw).encode(), encoding, MAX_RESPONSE_BYTES)

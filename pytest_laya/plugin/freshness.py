@@ -43,7 +43,7 @@ def check_freshness(request: pytest.FixtureRequest, run: LayaRun, path: Path) ->
         return
     from pytest_laya.cassettes.freshness import Staleness, age_finding, identity_finding
     from pytest_laya.cassettes.persist import recorded_provenance
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     provenance = recorded_provenance(path) or {}
     findings: list[Staleness | None] = []

@@ -284,7 +284,7 @@ def _max_age(config: pytest.Config) -> int | None:
 
 def _url(url: str | None) -> str | None:
     """The server URL, as a str whose repr hides a password in it."""
-    from pytest_laya.client.settings import RedactedUrl
+    from pytest_laya.wire.urls import RedactedUrl
 
     return RedactedUrl(url.rstrip("/")) if url else None
 
@@ -344,8 +344,9 @@ def check_url(url: str, api_key: Secret | None = None, *, where: str, reach: boo
     when `url` is no server base URL or, with `reach`, nothing answers there."""
     from pytest_laya.client import ServedLayaClient
     from pytest_laya.client.policy import TransportFailure
-    from pytest_laya.client.settings import base_url, redact_url
+    from pytest_laya.client.settings import base_url
     from pytest_laya.wire.errors import LayaError
+    from pytest_laya.wire.urls import redact_url
 
     try:
         base_url(url, where)

@@ -74,12 +74,12 @@ class _Standalone:
 
     def __init__(self, options: argparse.Namespace) -> None:
         from pytest_laya.cassettes import laya_vcr
-        from pytest_laya.client.settings import redact_url
         from pytest_laya.intercept import LayaRoute
         from pytest_laya.plugin.routes import SpecCheck, TestRoute
         from pytest_laya.plugin.run import LayaRun
         from pytest_laya.proxy import CassetteLibrary, RouteTarget, Upstream
         from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
+        from pytest_laya.wire.urls import redact_url
 
         self.mode = options.mode
         directory = Path(options.cassettes)

@@ -237,7 +237,7 @@ def _open_cassette(run: LayaRun, route: TestRoute, request: pytest.FixtureReques
 
 @functools.lru_cache(maxsize=8)
 def _record_hint(url: str | None) -> str:
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     return "--laya-record" + (f" --laya-url {redact_url(url)}" if url else "")
 
@@ -436,7 +436,7 @@ def _set_recorded_provenance(run: LayaRun, route: TestRoute, check: _SpecCheck) 
 def _server_seen(route: TestRoute, identity: Any) -> str:
     """A live server as the recording saw it: the checkpoint that answered, else the ``Server``
     header it sent, else the URL it was recorded from (credentials and query left out)."""
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     if identity is not None and getattr(identity, "checkpoint", None):
         return str(identity.checkpoint)

@@ -127,7 +127,7 @@ class LayaRun:
 
     def server_label(self, server: Any) -> str:
         """How a server is named in the summary and the report (credentials in its URL hidden)."""
-        from pytest_laya.client.settings import redact_url
+        from pytest_laya.wire.urls import redact_url
 
         if getattr(server, "label", None):
             return str(server.label)

@@ -20,7 +20,7 @@ __all__ = ["changed_answers", "shown_path", "verify_route"]
 
 
 def _rerecord_command(request: pytest.FixtureRequest, run: LayaRun) -> str:
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     invoked = Path(request.config.invocation_params.dir)
     test = os.path.relpath(request.node.path, invoked) if Path(request.node.path).is_relative_to(invoked) \
@@ -35,7 +35,7 @@ def _rerecord_command(request: pytest.FixtureRequest, run: LayaRun) -> str:
 def verify_route(request: pytest.FixtureRequest, run: LayaRun, route: Any) -> Any:
     """Compare what the test's live run captured with its cassette; the `CassetteVerification`."""
     from pytest_laya.cassettes.verify import verify_interactions
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     assert route.cassette_path is not None and route.handle is not None
     path = route.cassette_path

@@ -63,7 +63,7 @@ class RouteTarget:
         self.origin = origin.rstrip("/")
 
     def __call__(self, incoming: IncomingRequest) -> Reply:
-        from pytest_laya.client.settings import redact_url
+        from pytest_laya.wire.urls import redact_url
 
         target = incoming.target if incoming.target.startswith("/") else f"/{incoming.target}"
         url = self.upstream.url_of(target) if self.upstream is not None else self.origin + target

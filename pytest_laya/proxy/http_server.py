@@ -25,6 +25,7 @@ from http import HTTPStatus
 
 from pytest_laya.faults.loopback import check_loopback_host
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE
+from pytest_laya.wire.requests import MAX_BODY_BYTES
 
 __all__ = ["SILENCE", "IncomingRequest", "ProxyLimits", "ProxyServer", "Reply", "problem_reply"]
 
@@ -32,7 +33,7 @@ __all__ = ["SILENCE", "IncomingRequest", "ProxyLimits", "ProxyServer", "Reply", 
 class ProxyLimits:
     """The bounds of one proxy; the defaults are the reference server's (body, head, timeouts)."""
 
-    max_body_bytes: int = 2 * 1024 * 1024
+    max_body_bytes: int = MAX_BODY_BYTES
     #: The request line and headers together (uvicorn's h11 default, which the reference server keeps).
     max_head_bytes: int = 16 * 1024
     max_headers: int = 100

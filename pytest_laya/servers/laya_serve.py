@@ -25,6 +25,7 @@ from typing import IO
 
 from pytest_laya.faults.loopback import free_loopback_port
 from pytest_laya.servers.readiness import NotReady, wait_ready
+from pytest_laya.wire.redaction import REDACTED
 
 __all__ = ["LayaServeProcess"]
 
@@ -34,7 +35,6 @@ HOST = "127.0.0.1"
 MODEL_NAMES = ("english", "multilingual", "tiny")
 #: Variables this launcher owns; `extra_env` may not override them.
 _OWNED_ENV = frozenset({"LAYA_HOST", "LAYA_PORT", "LAYA_EXTRA_MODELS", "LAYA_API_KEY", "LAYA_JEV_STRICT"})
-_REDACTED = "<redacted>"
 _LOG_TAIL_CHARS = 4000
 _STOP_GRACE_S = 5.0
 #: Another process may grab the free port between our probe and the server's bind.
@@ -212,7 +212,7 @@ class LayaServeProcess:
         return env
 
     def _redact(self, text: str) -> str:
-        return text.replace(self.api_key, _REDACTED) if self.api_key else text
+        return text.replace(self.api_key, REDACTED) if self.api_key else text
 
     def _failure(self, what: str) -> RuntimeError:
         tail = self.log[-_LOG_TAIL_CHARS:]

@@ -51,7 +51,7 @@ def _header(session: pytest.Session) -> None:
     if reporter is None or not reporter.showheader:  # -q: no header
         return
     from pytest_laya import __version__
-    from pytest_laya.client.settings import redact_url
+    from pytest_laya.wire.urls import redact_url
 
     url = redact_url(session.config.getoption("laya_url") or "")
     reporter.showfspath = False

@@ -30,7 +30,6 @@ import pytest
 
 from pytest_laya.client import DECIDE_PATH, Exchange, ServedLayaClient
 from pytest_laya.client.base import loopback_direct
-from pytest_laya.client.settings import redact_url
 from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
 from pytest_laya.specs.conformance import SpecViolationError
@@ -38,6 +37,8 @@ from pytest_laya.suites.behaviour import Tolerance
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.wire.problems import printable
+from pytest_laya.wire.requests import MAX_BODY_BYTES
+from pytest_laya.wire.urls import redact_url
 
 __all__ = [
     "LIMIT_NAMES",
@@ -74,8 +75,8 @@ LIMIT_NAMES = ("max_questions", "max_state_chars", "max_body_bytes")
 #: ("More than 64 questions, ..., a state over 50,000 characters, or a body over 2 MiB") and
 #: the target's /health example (`limits`). tests/contract/test_server_contract.py holds them to the specs.
 DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
-    "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
-    "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": 2 * 1024 * 1024},
+    "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": MAX_BODY_BYTES},
+    "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": MAX_BODY_BYTES},
 }
 #: How this run is given the server's key, for messages (``--laya-api-key`` unless a front end,
 #: such as ``python -m pytest_laya check``, stashes its own flag here).

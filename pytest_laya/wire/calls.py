@@ -24,20 +24,18 @@ from pytest_laya.wire.errors import LayaError
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, parse_server_timing
 from pytest_laya.wire.identity import parse_served_by
 from pytest_laya.wire.questions import normalize_questions
+from pytest_laya.wire.redaction import REDACTED
 from pytest_laya.wire.routes import BATCH_PATH
 
 _T = TypeVar("_T")
 
 __all__ = [
-    "REDACTED",
     "Call",
     "Calls",
     "SentQuestion",
     "redact_headers",
 ]
 
-#: What a credential is replaced with (the cassettes write the same).
-REDACTED = "<redacted>"
 # Header names whose values are credentials. Authorization keeps its scheme ("Bearer <redacted>"),
 # so a test can still assert that a bearer token was sent.
 _SCHEMED = frozenset({"authorization", "proxy-authorization"})

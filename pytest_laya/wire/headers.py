@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 __all__ = [
     "REQUEST_ID_HEADER",
@@ -24,7 +24,10 @@ __all__ = [
     "is_valid_request_id",
     "parse_server_timing",
     "parse_retry_after",
+    "header_value",
 ]
+
+_V = TypeVar("_V")
 
 REQUEST_ID_HEADER = "X-Request-Id"
 TRACEPARENT_HEADER = "traceparent"
@@ -140,11 +143,18 @@ def child_traceparent(values: str | list[str] | None) -> str | None:
     return f"00-{context.trace_id}-{os.urandom(8).hex()}-{flags}"
 
 
+def header_value(headers: Mapping[str, _V], name: str) -> _V | None:
+    """The value of header `name`, in any case, from any mapping of headers (a plain dict, a
+    recorded cassette's, httpx's): the first one so named, or None."""
+    wanted = name.lower()
+    return next((value for key, value in headers.items() if str(key).lower() == wanted), None)
+
+
 def claimed_spec(headers: Mapping[str, str] | None) -> str | None:
     """The spec a response says its server implements (`SPEC_HEADER`), or None if it says none."""
     if not headers:
         return None
-    value = next((v for k, v in headers.items() if k.lower() == SPEC_HEADER.lower()), None)
+    value = header_value(headers, SPEC_HEADER)
     value = value.strip().lower() if isinstance(value, str) else None
     return value if value in SPEC_NAMES else None
 

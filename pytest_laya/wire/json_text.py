@@ -1,8 +1,12 @@
-"""JSON as RFC 8259 has it: Python's `json` also reads NaN, Infinity and repeated member names.
+"""JSON as RFC 8259 has it, and the one canonical text of a JSON value.
 
-A validator that let them through would pass a body no other JSON reader agrees on: NaN passes
-every numeric bound, and of two ``"answers"`` members one reader takes the first and another the
-last. `loads_strict` refuses all three with a `ValueError` that names what it found.
+Python's `json` also reads NaN, Infinity and repeated member names. A validator that let them
+through would pass a body no other JSON reader agrees on: NaN passes every numeric bound, and of
+two ``"answers"`` members one reader takes the first and another the last. `loads_strict`
+refuses all three with a `ValueError` that names what it found.
+
+`canonical_json` is the text two equal values share whatever their key order, spacing or
+escapes: what cassette matching compares and what the fake hashes its answers from.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["loads_strict"]
+__all__ = ["canonical_json", "loads_strict"]
 
 
 def _no_constant(name: str) -> Any:
@@ -32,3 +36,11 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(text: str | bytes) -> Any:
     """`json.loads`, refusing NaN, Infinity, -Infinity and repeated member names (`ValueError`)."""
     return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object)
+
+
+def canonical_json(value: Any) -> str:
+    """`value` as canonical JSON: sorted keys, no spaces, non-ASCII as is (not ``\\u`` escapes).
+
+    A value JSON cannot hold (a set, a date) is written as its `str`, so any value has a text.
+    """
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)

@@ -36,6 +36,7 @@ except ImportError:  # the `reference` extra installs it; json alone gives the s
     orjson = None  # type: ignore[assignment]
 
 __all__ = [
+    "MAX_BODY_BYTES",
     "MAX_NESTING",
     "MAX_TOKEN_BUDGET",
     "MIN_CONFIDENCE_BUCKETS",
@@ -58,6 +59,9 @@ __all__ = [
     "requested_model",
 ]
 
+#: The default limit on a request body (2 MiB): laya-serve 0.4.15's, what both specs document,
+#: and the default of the reference server, the fake and the recording proxy.
+MAX_BODY_BYTES = 2 * 1024 * 1024
 #: Arrays and objects nested deeper than this are refused (400 malformed_request) before anything
 #: walks the body: a decision needs a few levels, and a fixed bound makes the refusal independent
 #: of the interpreter's stack depth.

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, LayaError, ServedLayaClient
 from pytest_laya.client import MAX_RESPONSE_BYTES
-from pytest_laya.client.decoding import MAX_LAYERS
 from pytest_laya.faults import Respond, ScriptedServer, Trickle
+from pytest_laya.wire.content_coding import MAX_LAYERS
 from tests.helpers.bombs import GIB, STACKED_GZIP, declared_size, gzip_deflate, inner_layer
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}

@@ -1,4 +1,4 @@
-"""Response bodies, decoded by the client itself with a cap that holds as bytes are produced.
+"""Response bodies decoded through their Content-Encoding, with a cap that holds as bytes are produced.
 
 httpx decodes a `Content-Encoding` layer in one call per chunk read, so 1.8 KB of stacked gzip
 (``Content-Encoding: gzip, gzip``) becomes 1 GiB in memory before any size check can run. Here
@@ -6,16 +6,21 @@ the raw bytes are read and every layer is an incremental decompressor asked for 
 bytes at a time: the decoded body never exceeds the cap (plus one step), every layer's output
 is bounded too (so a layer cannot spin on empty gzip members), and a deadline check runs
 between steps. The client asks for ``gzip, deflate`` only, so this is what it decodes; any other
-coding, or more than `MAX_LAYERS` of them, is refused.
+coding, or more than `MAX_LAYERS` of them, is refused. The client decodes what it reads here;
+recording and the spec check decode a recorded body (`recorded_coding`) the same way.
 """
 
 from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["ACCEPT_ENCODING", "BodyDecoder", "BodyTooLarge", "MAX_LAYERS", "UndecodableBody", "content_codings"]
+from pytest_laya.wire.headers import header_value
+
+__all__ = ["ACCEPT_ENCODING", "BodyDecoder", "BodyTooLarge", "MAX_LAYERS", "UndecodableBody", "content_codings",
+           "decode_body", "recorded_coding"]
 
 #: What the client sends as Accept-Encoding: the codings it decodes with a bound.
 ACCEPT_ENCODING = "gzip, deflate"
@@ -159,3 +164,13 @@ def decode_body(raw: bytes, content_encoding: str | None, limit: int) -> bytes:
         decoder.feed(raw[start:start + STEP])
     decoder.finish()
     return decoder.body()
+
+
+
+def recorded_coding(headers: Mapping[str, Any]) -> str | None:
+    """The Content-Encoding of a recorded response, its values joined by ``", "`` (vcrpy keeps a
+    header's values as a list), or None when it names none: what `decode_body` is given."""
+    encoding = header_value(headers, "content-encoding")
+    if not encoding:
+        return None
+    return ", ".join(map(str, encoding)) if isinstance(encoding, (list, tuple)) else str(encoding)
