@@ -19,8 +19,8 @@ from pytest_laya import AsyncServedLayaClient, LayaCallError, LayaConfigError, S
 from pytest_laya.client.secret import Secret
 from pytest_laya.faults import ResetBeforeHeaders, Respond, ScriptedServer
 from tests.client.test_client_hostile import ANSWER, NO_SERVED_BY, QUESTIONS
+from tests.helpers.leaks import URL_UNSAFE_CANARY as KEY
 
-KEY = "sk-canary/7f3a+9c2e=5b1d4e60"
 PASSWORD = "hunter2-canary"
 
 

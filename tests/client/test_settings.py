@@ -7,6 +7,7 @@ import pytest
 from pytest_laya import LayaConfigError, ServedLayaClient
 from pytest_laya.client.secret import Secret
 from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings
+from tests.helpers.leaks import URL_UNSAFE_CANARY as KEY
 
 
 def test_environment_supplies_defaults():
@@ -74,8 +75,6 @@ def test_a_bad_request_id_is_a_config_error():
 
 
 # --------------------------------------------------------------------------- keys and URLs (issue 16)
-
-KEY = "sk-canary/7f3a+9c2e=5b1d4e60"
 
 
 @pytest.mark.parametrize(("key", "says"), [

@@ -36,27 +36,16 @@ SUITES = '''
 import pytest
 
 from pytest_laya import DecisionModelContract
+from tests.contract.contract_classes import ContractWith
 from tests.contract.decision_model_twins import ChoiceOnlyModel, FakeLayaModel, LaxModel
 
 
-class TestFakeLayaAdapter(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return FakeLayaModel()
-
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return FakeLayaModel
+class TestFakeLayaAdapter(ContractWith):
+    model = scripted = FakeLayaModel
 
 
-class TestChoiceOnlyAdapter(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return ChoiceOnlyModel()
-
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return ChoiceOnlyModel
+class TestChoiceOnlyAdapter(ContractWith):
+    model = scripted = ChoiceOnlyModel
 
 
 class TestWithoutAScriptedModel(DecisionModelContract):
@@ -65,14 +54,8 @@ class TestWithoutAScriptedModel(DecisionModelContract):
         return FakeLayaModel()
 
 
-class TestLaxAboutMalformedAnswers(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return LaxModel()
-
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return LaxModel
+class TestLaxAboutMalformedAnswers(ContractWith):
+    model = scripted = LaxModel
 
 
 class TestNoFixture(DecisionModelContract):
@@ -349,10 +332,8 @@ def test_decision_problems_names_an_unknown_check_an_answer_of_another_type_and_
 
 
 SCRIPTED_MISTAKES = '''
-import pytest
-
-from pytest_laya import DecisionModelContract
 from pytest_laya.wire.errors import LayaCallError, LayaConfigError
+from tests.contract.contract_classes import ContractWith
 from tests.contract.decision_model_twins import ChoosesTheLeastProbable, FakeLayaModel
 
 
@@ -375,40 +356,28 @@ class NoulOnly(FakeLayaModel):
     question_types = ("noul",)
 
 
-class Base(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return FakeLayaModel()
+class Base(ContractWith):
+    model = FakeLayaModel
 
 
 class TestRefusesWellFormed(Base):
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return RefusesEverything
+    scripted = RefusesEverything
 
 
 class TestBreaksWellFormed(Base):
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return ChoosesTheLeastProbable
+    scripted = ChoosesTheLeastProbable
 
 
 class TestConfigErrorForMalformed(Base):
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return raising(lambda message: LayaConfigError(message, code="invalid_question"))
+    scripted = raising(lambda message: LayaConfigError(message, code="invalid_question"))
 
 
 class TestValueErrorForMalformed(Base):
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return raising(ValueError)
+    scripted = raising(ValueError)
 
 
 class TestScriptsNoulOnly(Base):
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return NoulOnly
+    scripted = NoulOnly
 '''
 
 

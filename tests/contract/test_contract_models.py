@@ -20,6 +20,7 @@ from pytest_laya.models import LayaModel, ServedLayaModel
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.contract.contract_classes import ContractWith  # noqa: E402
 
 #: How many checks the contract has: every one must pass on every implementation.
 CONTRACT_TESTS = sum(1 for name in dir(DecisionModelContract) if name.startswith("test_"))
@@ -54,9 +55,14 @@ def fake_server(request):
         yield server
 
 
-class TestLayaModel(DecisionModelContract):
+class OverTinyLaya(ContractWith):
     # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
     behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
+    scripted = scripted_served_model
+
+
+class TestLayaModel(OverTinyLaya):
+    scripted = scripted_laya_model
 
     @pytest.fixture
     def decision_model(self, tiny_model):
@@ -64,15 +70,8 @@ class TestLayaModel(DecisionModelContract):
         yield model
         model.close()
 
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return scripted_laya_model
 
-
-class TestServedLayaModelOverTheReferenceServer(DecisionModelContract):
-    # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
-    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
-
+class TestServedLayaModelOverTheReferenceServer(OverTinyLaya):
     @pytest.fixture
     def decision_model(self, laya_reference_server):
         model = ServedLayaModel(laya_reference_server.url, model="tiny", name="served-laya (reference server)",
@@ -80,15 +79,8 @@ class TestServedLayaModelOverTheReferenceServer(DecisionModelContract):
         yield model
         model.close()
 
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return scripted_served_model
 
-
-class TestServedLayaModelOverLayaServe(DecisionModelContract):
-    # The tiny checkpoint leans on option order (docs/server-contract.md, "Behaviour"): no adapter can fix it.
-    behaviour_properties = DecisionModelContract.behaviour_properties - {"option_order"}
-
+class TestServedLayaModelOverLayaServe(OverTinyLaya):
     @pytest.fixture
     def decision_model(self, laya_serve):
         model = ServedLayaModel(laya_serve.url, model="tiny", name="served-laya (laya-serve 0.4.15)",
@@ -96,22 +88,16 @@ class TestServedLayaModelOverLayaServe(DecisionModelContract):
         yield model
         model.close()
 
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return scripted_served_model
 
+class TestServedLayaModelOverTheFake(ContractWith):
+    scripted = scripted_served_model
 
-class TestServedLayaModelOverTheFake(DecisionModelContract):
     @pytest.fixture
     def decision_model(self, fake_server):
         spec = Spec.current() if fake_server.flavor == LAYA_SERVE else Spec.target()
         model = ServedLayaModel(fake_server.url, name=f"served-laya (fake, {fake_server.flavor})", on_exchange=held_to(spec))
         yield model
         model.close()
-
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return scripted_served_model
 
 
 # -- cassettes: recorded from the reference server into tmp_path, then replayed ------------

@@ -18,17 +18,13 @@ TABLE = "DECISION_MODEL_TWINS in tests/contract/decision_model_twins.py"
 CASES = [pytest.param(check, twin, id=twin.defect) for check, twins in DECISION_MODEL_TWINS.items() for twin in twins]
 
 #: The downstream-style suite: one class, named for the twin's defect.
-SUITE = "import pytest\n\nfrom pytest_laya import DecisionModelContract\nfrom tests.contract.decision_model_twins import twin_named\n"
+SUITE = ("from pytest_laya import DecisionModelContract\nfrom tests.contract.contract_classes import ContractWith\n"
+         "from tests.contract.decision_model_twins import twin_named\n")
 CLASS = '''
 
-class {cls}(DecisionModelContract):
-    @pytest.fixture
-    def decision_model(self):
-        return twin_named({defect!r}).model()
-
-    @pytest.fixture
-    def scripted_decision_model(self):
-        return twin_named({defect!r}).scripted
+class {cls}(ContractWith):
+    model = twin_named({defect!r}).model
+    scripted = twin_named({defect!r}).scripted
 '''
 
 

@@ -44,6 +44,7 @@ from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.wire.exchange import Exchange
 from tests.contract.server_twins import KEY as TWIN_KEY
 from tests.contract.server_twins import SERVER_CHOSEN_ID, SERVER_TWINS, answering
+from tests.helpers.pytester_runs import run
 from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
 KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
@@ -64,8 +65,9 @@ LAYA_SERVE_GAPS = [
 ]
 
 
-def run(pytester, *args):
-    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *SUITE, *args)
+def run_suite(pytester, *args):
+    """The server contract's suite, in process (tests/helpers/pytester_runs.py's `run`)."""
+    return run(pytester, *SUITE, *args)
 
 
 def check_command(pytester, url, *extra, api_key=KEY):
@@ -118,7 +120,7 @@ def laya_serve_strict(laya_serves):
 # -- (a) the reference server: the whole target contract -----------------------------------
 
 def test_the_reference_server_meets_the_target_contract_it_claims(pytester, reference):
-    result = run(pytester, "--laya-mode=live", f"--laya-url={reference.url}", "-rs")
+    result = run_suite(pytester, "--laya-mode=live", f"--laya-url={reference.url}", "-rs")
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
     out = result.stdout.str()
     assert "target gaps" not in out
@@ -147,8 +149,8 @@ def test_the_reference_server_meets_the_target_contract_it_claims(pytester, refe
 
 def test_with_an_api_key_every_check_runs_and_the_key_is_never_shown(pytester, reference_keyed):
     report = pytester.path / "laya.json"
-    result = run(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", "--laya-spec=target",
-                 f"--laya-api-key={KEY}", f"--laya-report={report}", "-v")
+    result = run_suite(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", "--laya-spec=target",
+                       f"--laya-api-key={KEY}", f"--laya-report={report}", "-v")
     result.assert_outcomes(passed=CHECKS)
     result.stdout.fnmatch_lines(["*test_health_without_a_token_shows_liveness_only PASSED*",
                                  "*test_a_wrong_or_missing_token_is_a_401 PASSED*"])
@@ -160,8 +162,8 @@ def test_with_an_api_key_every_check_runs_and_the_key_is_never_shown(pytester, r
 # -- (b) laya-serve 0.4.15: the current contract, the target gaps listed -------------------
 
 def test_laya_serve_meets_the_current_contract_and_its_target_gaps_are_listed(pytester, laya_serve):
-    result = run(pytester, "--laya-mode=live", f"--laya-url={laya_serve.url}", "--laya-spec=current",
-                 f"--laya-api-key={KEY}", "-rx")
+    result = run_suite(pytester, "--laya-mode=live", f"--laya-url={laya_serve.url}", "--laya-spec=current",
+                       f"--laya-api-key={KEY}", "-rx")
     result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS) - REPLICA_CHECKS, xfailed=len(LAYA_SERVE_GAPS),
                            skipped=REPLICA_CHECKS)
     result.stdout.fnmatch_lines([
@@ -224,7 +226,7 @@ def test_check_without_the_key_of_a_keyed_server_is_one_usage_error(pytester, re
 def test_a_wrong_key_is_one_usage_error_under_pytest_too_and_never_shown(pytester, reference_keyed, monkeypatch):
     monkeypatch.delenv("LAYA_SERVED_API_KEY", raising=False)
     wrong = "sk-wrong-key-31f0c7"
-    result = run(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", f"--laya-api-key={wrong}")
+    result = run_suite(pytester, "--laya-mode=live", f"--laya-url={reference_keyed.url}", f"--laya-api-key={wrong}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["*the server refused the API key given: POST /v1/systemone answered 401; "
                                  "check the key passed with --laya-api-key KEY (or LAYA_SERVED_API_KEY)*"])
@@ -254,7 +256,7 @@ def test_a_response_that_breaks_the_chosen_spec_fails_with_its_violations(pytest
         return _rewritten(response, body)
 
     with ScriptedServer(default=without_served_by) as broken:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "--laya-spec=target")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "--laya-spec=target")
     assert "test_a_decision_answers_every_question_in_order" in failed_checks(result)
     result.stdout.fnmatch_lines(["*POST /v1/systemone -> 200 breaks the target spec*", "*/body/served_by: expected a required property*"])
 
@@ -269,7 +271,7 @@ def test_a_wrong_status_is_reported_before_the_spec_violations_of_its_body_and_e
         return response
 
     with ScriptedServer(default=malformed_json_is_a_404) as broken:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", "malformed_json")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", "malformed_json")
     assert failed_checks(result) == ["test_malformed_json_is_a_400"]
     out = failure_section(result)
     result.stdout.fnmatch_lines(["a body that is not valid JSON: expected HTTP 400 malformed_request, got HTTP 404 *",
@@ -293,7 +295,7 @@ def test_a_body_that_breaks_the_spec_is_printed_once(pytester, path, check):
         return response
 
     with ScriptedServer(default=without_model) as broken:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", check)
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={broken.url}", "-k", check)
     assert failed_checks(result) == [f"test_{check}"]
     out = failure_section(result)
     assert out.count("/body/model: expected a required property") == 1 and "During handling" not in out
@@ -312,7 +314,7 @@ def test_a_server_without_health_is_a_gap_never_a_failed_decision(pytester, batc
         return fake.normal_response(request)
 
     with ScriptedServer(default=no_health) as jev:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-rx")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-rx")
     health_checks = ["test_health_answers_status_ok", "test_health_names_the_models_and_the_limits"]
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS - REPLICA_CHECKS - len(LAYA_SERVE_GAPS) - 2,
                            skipped=TOKEN_CHECKS + REPLICA_CHECKS, xfailed=len(LAYA_SERVE_GAPS) + 2)
@@ -340,9 +342,9 @@ def test_the_summary_says_which_spec_the_server_is_held_to_and_why(pytester):
 
     with ScriptedServer(default=fake.normal_response) as claiming, \
             ScriptedServer(default=claim_in_health_only) as health_only:
-        chosen = run(pytester, "--laya-mode=live", f"--laya-url={claiming.url}", "--laya-spec=current")
-        claimed = run(pytester, "--laya-mode=live", f"--laya-url={claiming.url}")
-        from_health = run(pytester, "--laya-mode=live", f"--laya-url={health_only.url}")
+        chosen = run_suite(pytester, "--laya-mode=live", f"--laya-url={claiming.url}", "--laya-spec=current")
+        claimed = run_suite(pytester, "--laya-mode=live", f"--laya-url={claiming.url}")
+        from_health = run_suite(pytester, "--laya-mode=live", f"--laya-url={health_only.url}")
     chosen.stdout.fnmatch_lines([f"  live {claiming.url} held to the current spec (chosen with --laya-spec); limits: *"])
     claimed.stdout.fnmatch_lines([f"  live {claiming.url} held to the target spec (its Laya-Spec header says target); *"])
     from_health.stdout.fnmatch_lines([f'  live {health_only.url} held to the target spec (its /health says "spec": "target"); *'])
@@ -354,8 +356,8 @@ def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
     # A target server in every way but one: it answers with its own request id, not the caller's.
     [twin] = [t for t in SERVER_TWINS["test_the_request_id_is_echoed"] if t.defect == "request-id-not-echoed"]
     with ScriptedServer(default=answering(twin)) as server:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
-                     f"--laya-api-key={TWIN_KEY}", "-k", "request_id_is_echoed")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={server.url}", "--laya-spec=target",
+                           f"--laya-api-key={TWIN_KEY}", "-k", "request_id_is_echoed")
     assert failed_checks(result) == ["test_the_request_id_is_echoed"]
     result.stdout.fnmatch_lines([f"*sent X-Request-Id 'pytest-laya-contract-*', got X-Request-Id '{SERVER_CHOSEN_ID}' back; "
                                  "the target echoes the caller's request id*"])
@@ -363,14 +365,14 @@ def test_under_the_target_spec_a_target_gap_fails_with_its_words(pytester):
 
 def test_without_a_key_the_token_checks_skip_and_say_which_flag_gives_it(pytester):
     with FakeLayaServer() as fake:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={fake.url}", "-rs", "-k", "token")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={fake.url}", "-rs", "-k", "token")
     result.assert_outcomes(skipped=TOKEN_CHECKS, deselected=CHECKS - TOKEN_CHECKS)
     result.stdout.fnmatch_lines([f"SKIPPED [[]{TOKEN_CHECKS}[]] *: no --laya-api-key given: the token checks need the server's key"])
 
 
 def test_a_health_document_without_the_targets_members_is_a_target_gap_named_in_words(pytester):
     with FakeLayaServer(flavor="laya-serve-0.4.15") as jev:
-        result = run(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-k", "health_names")
+        result = run_suite(pytester, "--laya-mode=live", f"--laya-url={jev.url}", "-k", "health_names")
     result.assert_outcomes(xfailed=1, deselected=CHECKS - 1)
     result.stdout.fnmatch_lines(["target gaps: *",
                                  "  test_health_names_the_models_and_the_limits: /health has no ready, models, limits; "
@@ -382,7 +384,7 @@ def test_a_health_document_without_the_targets_members_is_a_target_gap_named_in_
 
 def test_a_limit_given_as_an_option_is_the_one_checked(pytester):
     # The fake refuses only over 64 questions: held to a limit of 8, it fails that check alone.
-    result = run(pytester, "--laya-mode=fake", "--laya-limit", "max_questions=8")
+    result = run_suite(pytester, "--laya-mode=fake", "--laya-limit", "max_questions=8")
     assert failed_checks(result) == ["test_too_many_questions_are_a_413"]
     result.stdout.fnmatch_lines(["*9 questions (the limit is 8): expected HTTP 413 too_many_questions, got HTTP 200*",
                                  "*limits: max_questions 8 (from --laya-limit), max_state_chars 50000 (from /health)*"])
@@ -394,7 +396,7 @@ def test_a_limit_given_as_an_option_is_the_one_checked(pytester):
     (["--laya-mode=replay"], "the server contract checks a running server: add --laya-mode=live --laya-url URL (this run is --laya-mode=replay)"),
 ])
 def test_a_run_that_cannot_check_anything_stops_with_one_line(pytester, args, words):
-    result = run(pytester, *args)
+    result = run_suite(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines([f"*{words}*"])
 
@@ -459,7 +461,7 @@ def test_the_documented_default_limits_are_what_the_specs_say():
 def test_on_the_fake_the_measurements_are_exactly_zero_even_where_invariance_is_required(pytester):
     # The fake's answers depend on neither option order nor the other questions, by construction:
     # a fair server passes every behaviour check, invariance required or not.
-    result = run(pytester, "--laya-mode=fake", "--laya-require-invariance")
+    result = run_suite(pytester, "--laya-mode=fake", "--laya-require-invariance")
     result.assert_outcomes(passed=CHECKS - TOKEN_CHECKS, skipped=TOKEN_CHECKS)
     result.stdout.fnmatch_lines([
         "  option order: 0 of 33 reorderings changed the choice (0%) over 3 questions, the reverse order 0 of 3; "

@@ -5,6 +5,10 @@ from __future__ import annotations
 import base64
 from urllib.parse import quote
 
+#: A secret whose '/', '+' and '=' (as in base64-style keys) make its URL-encoded forms differ
+#: from the raw one, so a leak in any spelling shows.
+URL_UNSAFE_CANARY = "sk-canary/7f3a+9c2e=5b1d4e60"
+
 
 def spellings(secret: str) -> list[str]:
     """The secret raw, percent-encoded and base64-encoded."""

@@ -13,27 +13,12 @@ import yaml
 
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.faults import Handler, Respond, ScriptedServer
-from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
+from tests.helpers.pytester_runs import CANARY, TEST_DECIDE, WITHOUT_UNUSED_PLUGINS, run
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class, so exceptions map the same in every inner run.
 
 pytest_plugins = ["pytester"]
-
-CANARY = "sk-plugin-canary-5150"
-TEST_DECIDE = """
-def test_refund(laya_client):
-    decision = laya_client.decide("I was charged twice. Refund me.", {
-        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}},
-    })
-    assert 0 <= decision["refund"].p <= 1
-    assert decision["team"].key in ("billing", "tech")
-"""
-
-
-def run(pytester, *args):
-    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *args)
 
 
 @pytest.fixture

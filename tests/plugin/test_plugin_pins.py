@@ -15,6 +15,7 @@ import yaml  # noqa: F401
 import pytest_laya.fake  # noqa: F401
 import pytest_laya.specs  # noqa: F401
 import pytest_laya.wire.calls  # noqa: F401
+from tests.helpers.pytester_runs import run
 
 pytest_plugins = ["pytester"]
 
@@ -46,10 +47,6 @@ def route(url, text):
 def lit(text: str) -> str:
     """`text` as an fnmatch pattern that matches it literally (``[`` opens a class there)."""
     return text.replace("[", "[[]")
-
-
-def run(pytester, *args):
-    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *args)
 
 
 def test_the_marker_pins_laya_client_in_fake_mode_for_that_test_only(pytester):

@@ -20,12 +20,10 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.leaks import URL_UNSAFE_CANARY as CANARY
 from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 pytest_plugins = ["pytester"]
-
-# '/', '+' and '=' (as in base64-style keys) make the URL-encoded forms differ from the raw one.
-CANARY = "sk-canary/7f3a+9c2e=5b1d4e60"
 
 
 def _base64_forms(name: str, secret: bytes) -> dict[str, str]:

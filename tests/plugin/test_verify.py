@@ -18,24 +18,10 @@ import yaml
 
 from pytest_laya.cassettes.verify import DEFAULT_TOLERANCE, compare_responses
 from pytest_laya.fake import FakeLayaServer
-from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
+from tests.helpers.pytester_runs import CANARY, TEST_DECIDE, WITHOUT_UNUSED_PLUGINS, run
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
 # stack here keeps one copy of each class (as tests/plugin/test_plugin.py does).
-
-CANARY = "sk-verify-canary-8c1e"
-TEST_DECIDE = """
-def test_refund(laya_client):
-    decision = laya_client.decide("I was charged twice. Refund me.", {
-        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "tech": "bugs"}},
-    })
-    assert 0 <= decision["refund"].p <= 1
-"""
-
-
-def run(pytester, *args):
-    return pytester.runpytest("-p", "no:asyncio", "-p", "no:cacheprovider", *args)
 
 
 # The fakes speak the target spec; the live server is held to it in both modes.
