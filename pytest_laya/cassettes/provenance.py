@@ -1,7 +1,6 @@
-"""Where a recorded cassette came from: the server's identity and laya's version.
+"""Where a recorded cassette came from: the identity of the weights that answered.
 
-Best effort by design: provenance never fails a test, and laya's version is read from package
-metadata, never by importing laya (that would load torch).
+Best effort by design: provenance never fails a test.
 """
 
 from __future__ import annotations
@@ -10,28 +9,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["laya_version", "read_health", "recorded_identity", "HEALTH_TIMEOUT_S"]
+__all__ = ["recorded_identity", "HEALTH_TIMEOUT_S"]
 
 HEALTH_TIMEOUT_S = 5.0
-
-
-def laya_version() -> str | None:
-    """The installed laya's version, from its metadata (never by importing laya: that loads torch)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("laya")
-    except Exception:  # noqa: BLE001 - not installed, or broken metadata: just unknown
-        return None
-
-
-def read_health(server: Any) -> Any:
-    """The server's /health document (a `Health`), or None if it cannot be read. Never raises."""
-    try:
-        with server.client(timeout_s=HEALTH_TIMEOUT_S) as client:
-            return client.health()
-    except Exception:  # noqa: BLE001 - provenance is best effort; it never fails a test
-        return None
 
 
 def recorded_identity(handle: Any, health: Any, model: str | None) -> Any:

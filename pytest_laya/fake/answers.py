@@ -305,11 +305,6 @@ class FakeLaya:
         for pin in list(self._pins.active):
             pin.remove()
 
-    @property
-    def pin_errors(self) -> list[str]:
-        """Why the fake could not give pinned answers, oldest first (each refused with a 422)."""
-        return [error for pin in self._pins.every for error in pin.errors]
-
     def check_pins(self, *, unused: bool = True, exclude: Collection[Pin] = ()) -> None:
         """Raise `PinError` for every pinned answer the fake could not give and, with `unused`,
         for every pin (still in effect) that never answered a request.

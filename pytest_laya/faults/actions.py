@@ -143,11 +143,6 @@ class Respond(Action):
         return self._payload
 
     @property
-    def resolved_content_type(self) -> str | None:
-        """The Content-Type the response is sent with (``None``: no header)."""
-        return self._ctype
-
-    @property
     def asks_close(self) -> bool:
         """True when ``headers`` carry ``Connection: close``."""
         return any(

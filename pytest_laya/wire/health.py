@@ -55,11 +55,6 @@ class Health:
         limits = self.raw.get("limits")
         return limits if isinstance(limits, Mapping) else {}
 
-    @property
-    def liveness_only(self) -> bool:
-        """A server with an API key shows callers without the token nothing but `status`."""
-        return set(self.raw) <= {"status"}
-
     def identity_for(self, model: str | None, *, repo: str | None = None) -> ServedIdentity | None:
         """The identity of `model` (a routed name such as ``english``), if this document has it.
 

@@ -70,7 +70,6 @@ class ServerError:
     detail: str | None = None
     # RFC 9457 `errors[]` from the target spec: one entry per invalid question or field.
     errors: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-    is_problem: bool = False
 
 
 def printable(text: str) -> str:
@@ -109,7 +108,6 @@ def read_server_error(status: int, content_type: str | None, body: bytes | str |
             code=parsed.get("code") if isinstance(parsed.get("code"), str) else None,
             detail=_text(parsed.get("detail") or parsed.get("title")),
             errors=tuple(e for e in errors if isinstance(e, Mapping)) if isinstance(errors, list) else (),
-            is_problem=True,
         )
     if "detail" in parsed:
         return ServerError(status=status, detail=_text(parsed["detail"]))

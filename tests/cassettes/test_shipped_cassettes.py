@@ -165,10 +165,6 @@ def test_system1_bodies_are_the_recorded_ones(path):
             assert body == json.dumps(source["body"], ensure_ascii=False, separators=(",", ":"))
 
 
-def answers_of(body: dict) -> dict:
-    return {qid: answer.get("probabilities", answer.get("noul")) for qid, answer in body["answers"].items()}
-
-
 @pytest.mark.parametrize("path", [p for p in SYSTEM1 if "answers" in p.read_text()],
                          ids=lambda p: str(p.relative_to(CASSETTES)))
 def test_system1_decisions_replay_through_the_client(path):
