@@ -43,9 +43,16 @@ over the slice: the figure the box's noise moves least), errors (must be 0); per
 RSS (``VmHWM``, the largest over rounds; it includes loading). Then the goals of issue 18, each
 a ratio reference / laya-serve in the same run:
 
-- c1: p50 <= 1.0x in every cell;
+- c1: p50 <= 1.0x in every cell, and at most the floor + 1 ms;
 - same and mixed: CPU ms per request <= 0.5x, and requests/s >= 2x;
 - peak RSS <= 1.1x.
+
+The floor (c1 cells): laya's own in-process ``laya.load(dir).predict`` of the same bodies, one
+at a time, in a third process (``--floor-worker``) started as the reference server starts
+(its OpenMP spin cap and malloc settings) on the threads the server gives that request: one
+torch thread for one row under 512 tokens, else every core of its budget. It is measured in each
+round after the two servers, once other processes are quiet; the server's overhead is its p50
+minus the floor's.
 
 This is a script run by hand, not a test: nothing here asserts on time.
 
@@ -89,6 +96,7 @@ GOAL_C1_P50 = 1.0        # reference p50 / laya-serve p50, at most
 GOAL_CPU_PER_REQ = 0.5   # reference CPU ms per request / laya-serve's, at most
 GOAL_RPS = 2.0           # reference req/s / laya-serve's, at least
 GOAL_RSS = 1.1           # reference peak RSS / laya-serve's, at most
+GOAL_OVER_FLOOR_MS = 1.0  # reference c1 p50 minus laya's in-process predict p50, at most
 WINDOW_TOKENS = 512      # laya's default token window per (state, question): what a request may cost
 VERSIONED = ("laya", "torch", "transformers", "starlette", "uvicorn", "fastapi", "h11", "httpx")
 LOADS = ("c1", "same", "mixed")
@@ -450,6 +458,12 @@ def goals(cells: list[dict[str, Any]], rss: dict[str, dict[str, int]], max_forei
         noisy = max(ref["foreign_cores"], lay["foreign_cores"]) > max_foreign
         if ref["load"] == "c1":
             checks = [("p50", ref["p50_ms"] / lay["p50_ms"], "<=", GOAL_C1_P50)]
+            floor = by.get(("floor", ref["label"]))
+            if floor is not None:
+                over = ref["p50_ms"] - floor["p50_ms"]
+                out.append({"cell": ref["label"], "what": "p50 over the floor", "ratio": over, "unit": " ms",
+                            "goal": f"<= {GOAL_OVER_FLOOR_MS} ms", "met": over <= GOAL_OVER_FLOOR_MS,
+                            "noisy": noisy or floor["foreign_cores"] > max_foreign})
         else:
             checks = [("CPU ms/req", ref["cpu_ms_per_request"] / lay["cpu_ms_per_request"], "<=", GOAL_CPU_PER_REQ),
                       ("req/s", ref["rps"] / lay["rps"], ">=", GOAL_RPS)]
@@ -534,6 +548,110 @@ class ReferenceProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+
+class FloorProcess:
+    """laya's own in-process predict in a process of its own, set up as the reference server sets
+    itself up (OpenMP spin cap, one malloc arena, freed heap kept), driven over stdin/stdout."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.proc = subprocess.Popen([PY, str(Path(__file__).resolve()), "--floor-worker", checkpoint],
+                                     env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, cwd=str(ROOT))
+        if self._reply() != {"ready": True}:
+            self.close()
+            raise RuntimeError("the floor worker did not start")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _reply(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the floor worker exited")
+        return json.loads(line)
+
+    def measure(self, bodies: list[bytes], threads: int, warmup_s: float, duration_s: float,
+                min_requests: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"bodies": [b.decode() for b in bodies], "threads": threads,
+                                          "warmup_s": warmup_s, "duration_s": duration_s,
+                                          "min_requests": min_requests}) + "\n")
+        self.proc.stdin.flush()
+        reply: dict[str, Any] = self._reply()
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def floor_worker(checkpoint: str) -> int:
+    """The floor's process: one request per stdin line, its latencies on stdout."""
+    from pytest_laya_reference.cores import bound_openmp_spinning
+    from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
+
+    cap_malloc_arenas()
+    keep_freed_heap()
+    bound_openmp_spinning()
+    import laya
+    import torch
+
+    agent = laya.load(checkpoint, device="cpu")
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        decisions = [json.loads(b) for b in job["bodies"]]
+        torch.set_num_threads(job["threads"])
+        latencies: list[float] = []
+        started = time.perf_counter()
+        end, last = started + job["warmup_s"] + job["duration_s"], started + job["warmup_s"] + 4 * job["duration_s"]
+        cpu = 0.0
+        i = 0
+        while True:
+            now = time.perf_counter()
+            if now >= last or (now >= end and len(latencies) >= job["min_requests"]):
+                break
+            d = decisions[i % len(decisions)]
+            i += 1
+            c0, t0 = time.process_time(), time.perf_counter()
+            agent.predict(d["state"], d["questions"])
+            t1 = time.perf_counter()
+            if t0 >= started + job["warmup_s"]:
+                latencies.append((t1 - t0) * 1000.0)
+                cpu += time.process_time() - c0
+        print(json.dumps({"latencies_ms": latencies, "cpu_s": cpu,
+                          "seconds": time.perf_counter() - started - job["warmup_s"]}), flush=True)
+    return 0
+
+
+def floor_threads(spec: CellSpec, cores: int) -> int:
+    """The torch threads the reference server gives a lone request of `spec` (pytest_laya_reference.cores):
+    one row under laya's window feeds one thread; otherwise its rows use every core."""
+    if spec.questions == 1 and spec.tokens < WINDOW_TOKENS:
+        return 1
+    return cores
+
+
+def measure_floor(floor: FloorProcess, others: tuple[int, ...], spec: CellSpec, bodies: list[bytes],
+                  args: argparse.Namespace, round_no: int) -> Slice:
+    """The floor of one c1 cell: laya's in-process predict of the same bodies, on the server's threads."""
+    from pytest_laya_reference.cores import auto_cores
+
+    threads = floor_threads(spec, args.ref_threads or auto_cores() or 1)
+    args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
+    a, wall = snapshot(floor.pid, others), time.monotonic()
+    reply = floor.measure(bodies, threads, args.warmup, args.duration / args.rounds, args.min_requests)
+    b, wall = snapshot(floor.pid, others), time.monotonic() - wall
+    sl = Slice(reply["latencies_ms"], {}, reply["seconds"], reply["cpu_s"], foreign_cores(a, b, wall))
+    lat = sorted(sl.latencies_ms)
+    log(f"  round {round_no} {'floor':<10} {spec.label(1):<22} {len(lat) / sl.seconds:7.1f} req/s  "
+        f"p50 {percentile(lat, 50):8.2f} ms  ({threads} torch thread{'s' if threads > 1 else ''})  "
+        f"other processes {sl.foreign_cores:.2f} cores")
+    return sl
 
 
 def first_answers(url: str, bodies: list[bytes]) -> list[dict]:
@@ -624,6 +742,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
     servers: dict[str, tuple[str, int]] = {}  # name -> (url, pid)
     lsrv: LayaServeProcess | None = None
     rsrv: ReferenceProcess | None = None
+    floor: FloorProcess | None = None
     try:
         if "laya" in wanted:
             extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
@@ -643,6 +762,8 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                                  "and question count, the first body and two mixed question sets), checked in "
                                  "every round before timing")
         names = list(servers)
+        if "ref" in wanted and "c1" in args.loads:
+            floor = FloorProcess(checkpoint)
         for index, spec in enumerate(plan(args)):
             bodies = workload[(spec.tokens, spec.questions, spec.load)]
             order = names if (index + round_no) % 2 else names[::-1]
@@ -652,6 +773,9 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                 sl, n = measure(name, url, pid, others, spec, bodies, args, round_no)
                 raw.setdefault((name, spec), []).append(sl)
                 retried[(name, spec)] = retried.get((name, spec), 0) + n
+            if floor is not None and spec.load == "c1":
+                pids = tuple(p for _, p in servers.values())
+                raw.setdefault(("floor", spec), []).append(measure_floor(floor, pids, spec, bodies, args, round_no))
         for name, (_, pid) in servers.items():
             status = proc_status(pid)
             prev = results["rss_kib"].get(name)
@@ -659,6 +783,8 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                 results["rss_kib"][name] = status
         return True
     finally:
+        if floor is not None:
+            floor.close()
         if rsrv is not None:
             rsrv.__exit__()
         if lsrv is not None:
@@ -695,6 +821,18 @@ def print_report(results: dict[str, Any]) -> None:
               f"| {f(lay, 'cpu_ms_per_request', '.1f')} | {f(ref, 'cpu_ms_per_request', '.1f')} "
               f"| {r(ref, lay, 'cpu_ms_per_request')} | {f(lay, 'p99_ms', '.0f')} / {f(ref, 'p99_ms', '.0f')} "
               f"| {errors} | {foreign:.2f} |")
+    floors = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
+               if ("floor", label) in by]
+    if floors:
+        print("\n| cell | floor p50 ms (laya in process) | reference p50 ms | reference over the floor | "
+              "laya-serve over the floor | other procs, cores |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, fl, ref in floors:
+            lay = by.get(("laya-serve", label))
+            print(f"| {label} | {fl['p50_ms']:.2f} | {f(ref, 'p50_ms', '.2f')} "
+                  f"| {'-' if ref is None else format(ref['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
+                  f"| {'-' if lay is None else format(lay['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
+                  f"| {fl['foreign_cores']:.2f} |")
     rss = results["rss_kib"]
     print("\npeak RSS (VmHWM, largest over rounds): " + ", ".join(
         f"{name} {v['VmHWM'] / 1024:.0f} MiB" for name, v in rss.items()))
@@ -703,7 +841,8 @@ def print_report(results: dict[str, Any]) -> None:
         print(f"\ngoals (reference / laya-serve, same run): {met} of {len(results['goals'])} met")
         for g in results["goals"]:
             note = "  (noisy: other processes were busy)" if g["noisy"] else ""
-            print(f"  [{'met' if g['met'] else 'MISSED'}] {g['cell']}: {g['what']} {g['ratio']:.2f}x, goal "
+            value = f"{g['ratio']:+.2f} ms" if g.get("unit") else f"{g['ratio']:.2f}x"
+            print(f"  [{'met' if g['met'] else 'MISSED'}] {g['cell']}: {g['what']} {value}, goal "
                   f"{g['goal']}{note}")
     if results.get("sanity"):
         print(f"\nsanity: {results['sanity']}")
@@ -722,6 +861,9 @@ def csv_loads(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--floor-worker"]:
+        return floor_worker(argv[1])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=csv_ints, default=[64, 512, 2048],
                    help="state sizes in tokens, comma-separated (default 64,512,2048)")
@@ -794,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
         if not run_round(round_no, args, checkpoint, ref_args, workload, results, raw, retried):
             return 1
     for spec in plan(args):
-        for name in ("laya-serve", "reference"):
+        for name in ("laya-serve", "reference", "floor"):
             if (name, spec) in raw:
                 cell = build_cell(name, spec, args.concurrency, raw[(name, spec)], retried.get((name, spec), 0))
                 results["cells"].append(asdict(cell))

@@ -131,9 +131,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .cores import bound_openmp_spinning
-    from .heap import cap_malloc_arenas, freeze_loaded_objects
+    from .heap import cap_malloc_arenas, freeze_loaded_objects, keep_freed_heap
 
     cap_malloc_arenas()  # before any thread exists; see pytest_laya_reference.heap
+    keep_freed_heap()
     bound_openmp_spinning()  # before torch loads; see pytest_laya_reference.cores
     parser = _parser()
     args = parser.parse_args(argv)

@@ -1,17 +1,23 @@
 """How many forward passes run at once, and on how many torch threads: a budget of cores.
 
 ``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
-threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
-free: ``min(free // passes waiting, tokens // TOKENS_PER_THREAD)``, at least 1, taken at the
-start and given back at the end. A pass flagged ``alone`` waits for every core and takes them
-all. Never more than ``cores`` threads compute at once.
+threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread), cores are
+free and no other pass has more than one: ``min(free // passes waiting, tokens //
+TOKENS_PER_THREAD)``, at least 1, taken at the start and given back at the end. A pass flagged
+``alone`` waits for every core and takes them all. Never more than ``cores`` threads compute at
+once.
 
 For a maintainer: with torch's OpenMP backend ``torch.set_num_threads`` sets the calling
-thread's own team size, so each worker sets its own before a pass. One-thread passes side by side
-beat one pass on two threads here (no barriers), and a multi-thread pass collapses when another
-process takes a core unless OpenMP's spinning is capped: the command line calls
-``bound_openmp_spinning`` before torch loads. Figures and commands: docs/benchmarks.md, "The
-figures behind the engine's constants".
+thread's own team size, so each worker sets its own before a pass, and each thread that runs a
+pass on more than one thread keeps a team of OpenMP threads for as long as it lives. Once
+libgomp manages more threads than there are cores, every team stops spinning between parallel
+regions (its "throttled" spin count, about 100 spins, whatever ``GOMP_SPINCOUNT`` says) and
+sleeps: a one-row pass on two threads then made about 108 futex sleeps and wake-ups, one per
+parallel region. So every pass on more than one thread runs on one and the same thread
+(``laya-wide``), one at a time, and libgomp manages at most ``cores`` threads. A multi-thread
+pass collapses when another process takes a core unless OpenMP's spinning is capped: the
+command line calls ``bound_openmp_spinning`` before torch loads. Figures and commands:
+docs/benchmarks.md, "The figures behind the engine's constants".
 
 Heavy imports: torch, inside a pass only.
 """
@@ -87,6 +93,9 @@ class CorePool:
         size = cores if cores is not None else max(1, workers or 1)
         self.workers = size
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="laya-forward")
+        # The one thread that runs passes on more than one thread (see the module doc).
+        self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide")
+        self._wide_busy = False
         self._cond = threading.Condition()
         self._free = cores or 0
         self._pending = 0        # passes submitted and not started
@@ -127,18 +136,24 @@ class CorePool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self._wide.shutdown(wait=True)
 
     def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool) -> R:
         threads = self._take(tokens, alone)
         try:
-            if threads is not None and getattr(self._local, "threads", None) != threads:
-                import torch
-
-                torch.set_num_threads(threads)  # this thread's own OpenMP team (see the module doc)
-                self._local.threads = threads
-            return fn(item)
+            if threads is not None and threads > 1:
+                return self._wide.submit(self._on_threads, fn, item, threads).result()
+            return self._on_threads(fn, item, threads)
         finally:
             self._give(threads)
+
+    def _on_threads(self, fn: Callable[[T], R], item: T, threads: int | None) -> R:
+        if threads is not None and getattr(self._local, "threads", None) != threads:
+            import torch
+
+            torch.set_num_threads(threads)  # this thread's own OpenMP team (see the module doc)
+            self._local.threads = threads
+        return fn(item)
 
     def _take(self, tokens: int, alone: bool) -> int | None:
         with self._cond:
@@ -154,13 +169,15 @@ class CorePool:
                     self._cond.wait()
             # The share: every core alone, else the free ones divided among this pass and those
             # still waiting to start, and no more than the pass can feed.
-            feedable = max(1, tokens // TOKENS_PER_THREAD)
+            # An alone pass waits for every core, so no multi-thread pass runs meanwhile.
+            feedable = 1 if self._wide_busy else max(1, tokens // TOKENS_PER_THREAD)
             share = self._free if alone else max(1, min(self._free // self._pending, feedable))
             self._pending -= 1
             self._running += 1
             if self.cores is None:
                 return None
             self._free -= share
+            self._wide_busy = self._wide_busy or share > 1
             self.widest = max(self.widest, share)
             return share
 
@@ -169,4 +186,6 @@ class CorePool:
             self._running -= 1
             if threads is not None:
                 self._free += threads
+                if threads > 1:
+                    self._wide_busy = False
             self._cond.notify_all()

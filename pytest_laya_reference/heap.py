@@ -14,6 +14,12 @@ glibc's malloc keeps what is freed. Three things get it back, each measured with
 - `release_free_heap`: a collection (413-refused bodies stay alive in exception/traceback
   cycles until one runs) and then `malloc_trim(0)`.
 
+Between requests it keeps what it freed instead: `keep_freed_heap` fixes glibc's thresholds
+(large blocks from the heap up to 32 MiB, free heap kept up to 64 MiB). Otherwise every
+request's tensors (a 512-token row's attention masks, about 4 MB) came from pages the last
+request gave back, about 1,000 page faults a request (docs/benchmarks.md, "Reference server
+against laya-serve 0.4.15"); `release_free_heap` still returns it all once idle.
+
 Where there is no glibc (macOS, musl) the malloc parts do nothing.
 """
 
@@ -24,9 +30,19 @@ import functools
 import gc
 import os
 
-__all__ = ["cap_malloc_arenas", "freeze_loaded_objects", "release_free_heap"]
+__all__ = ["cap_malloc_arenas", "freeze_loaded_objects", "keep_freed_heap", "release_free_heap"]
 
-_M_ARENA_MAX = -8  # mallopt parameter number, from glibc's malloc.h
+# mallopt parameter numbers, from glibc's malloc.h
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+
+#: Blocks up to this size come from the heap, not a fresh mmap each (glibc's own dynamic
+#: threshold stops there too).
+MMAP_THRESHOLD = 32 * 1024 * 1024
+#: Free heap kept at its top between requests before glibc gives it back by itself.
+TRIM_THRESHOLD = 64 * 1024 * 1024
+_THRESHOLD_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,6 +73,15 @@ def cap_malloc_arenas(arenas: int = 1) -> bool:
     if libc is None or "MALLOC_ARENA_MAX" in os.environ:
         return False
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
+
+
+def keep_freed_heap() -> bool:
+    """Keep freed blocks for the next request: fixed mmap and trim thresholds; False where that
+    is not possible, or the environment sets glibc's malloc thresholds or tunables itself."""
+    libc = _glibc()
+    if libc is None or any(name in os.environ for name in _THRESHOLD_VARIABLES):
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def freeze_loaded_objects() -> None:

@@ -21,7 +21,8 @@ glibc = pytest.mark.skipif(sys.platform != "linux" or ctypes.util.find_library("
 
 
 def _run(code: str, **env: str) -> str:
-    environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")} | env
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                             timeout=60, env=environment)
     assert result.returncode == 0, result.stderr
@@ -37,6 +38,36 @@ def test_arenas_are_capped_with_glibc():
 def test_an_explicit_malloc_arena_max_is_left_to_glibc():
     code = "from pytest_laya_reference.heap import cap_malloc_arenas; print(cap_malloc_arenas())"
     assert _run(code, MALLOC_ARENA_MAX="4") == "False"
+
+
+_FAULTS_PER_ROUND = """
+    import resource
+    from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
+    cap_malloc_arenas()
+    print(keep_freed_heap())
+    def request():  # what a request's tensors do: a few MB allocated, touched and freed
+        blocks = [bytearray(4 << 20) for _ in range(3)]
+        del blocks
+    for _ in range(5):
+        request()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        request()
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 10)
+"""
+
+
+@glibc
+def test_freed_heap_is_kept_for_the_next_request():
+    # Without it, glibc gave the 12 MB back after each round and took ~2,000 page faults to get it again.
+    kept, faults = _run(_FAULTS_PER_ROUND).split()
+    assert kept == "True" and int(faults) < 100
+
+
+@glibc
+def test_malloc_thresholds_set_in_the_environment_are_left_to_glibc():
+    kept, faults = _run(_FAULTS_PER_ROUND, MALLOC_TRIM_THRESHOLD_="1048576").split()
+    assert kept == "False" and int(faults) > 1000  # glibc's own choice stands, page faults and all
 
 
 def test_a_cap_below_one_arena_is_refused():
