@@ -16,7 +16,7 @@ from __future__ import annotations
 import http
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from pytest_laya.faults import ReceivedRequest
@@ -372,51 +372,64 @@ class _LayaServeFlavour:
     def _question_problem(qid: str, q: Any, max_options: int) -> _LayaServeRefusal | None:
         """laya's `_check_question`: the first thing wrong with one question, in its words."""
         name = f"question {qid!r}"
-
-        def bad(text: str) -> _LayaServeRefusal:
-            return _LayaServeRefusal(422, f"{name}: {text}")
-
         if not isinstance(q, Mapping):
-            return bad(f"definition must be a dict, got {type(q).__name__}")
+            return _LayaServeRefusal(422, f"{name}: definition must be a dict, got {type(q).__name__}")
         qtype = q.get("type")
         if isinstance(qtype, (list, dict)):  # unhashable: laya raises TypeError, laya-serve a bare 500
             return _LayaServeRefusal(500, "inference failed")
         if qtype not in QUESTION_TYPES:
-            return bad(f"unknown type {qtype!r}; use one of ['choice', 'noul', 'score']")
+            return _LayaServeRefusal(422, f"{name}: unknown type {qtype!r}; use one of ['choice', 'noul', 'score']")
         if "instructions" not in q:
-            return bad("no 'instructions'; add the text the model should answer")
-        crit = q.get("criteria")
-        if qtype == "choice":
-            if not isinstance(crit, (Mapping, list)):
-                return bad("a choice question takes 'criteria' as a dict of label -> description, or a list of labels")
-            if not crit:
-                return bad("a choice question needs at least one criterion")
-            if isinstance(crit, list):
-                for i, label in enumerate(crit):
-                    if isinstance(label, (list, dict)):
-                        return bad(f"choice label {i} is a {type(label).__name__}; a label is rendered as option "
-                                   "text and used as the answer key, so it must be a scalar (a string, number or "
-                                   f"None), got {label!r}")
-            options = len(crit) if isinstance(crit, Mapping) else len({option_key(label) for label in crit})
-            if options > max_options:
-                return _LayaServeRefusal(413, f"{name}: too many options ({options} > {max_options})")
-        elif qtype == "score":
-            if not isinstance(crit, list):
-                return bad("a score question takes 'criteria' as a list of level descriptions, index 0 first")
-            if not crit:
-                return bad("a score question needs at least one level")
-            for i, level in enumerate(crit):
-                if level is None:
-                    return bad(f"score level {i} is null; give every level a description, index 0 first")
-        elif crit is not None:
-            if not isinstance(crit, Mapping):
-                return bad("a noul question takes 'criteria' as a dict with optional 'true'/'false' descriptions, "
-                           "or omits it")
-            keys = sorted({str(k).lower() for k in crit})
-            if not set(keys) <= _NOUL_KEYS:
-                return bad(f"a noul question takes 'criteria' keyed only 'true'/'false' (either or both, and "
-                           f"omitted is fine), got {keys!r}.")
+            return _LayaServeRefusal(422, f"{name}: no 'instructions'; add the text the model should answer")
+        check = _CRITERIA_CHECKS[qtype]
+        problem = check(q.get("criteria"), max_options)
+        return _LayaServeRefusal(problem[0], f"{name}: {problem[1]}") if problem is not None else None
+
+
+def _choice_criteria_problem(crit: Any, max_options: int) -> tuple[int, str] | None:
+    if not isinstance(crit, (Mapping, list)):
+        return 422, "a choice question takes 'criteria' as a dict of label -> description, or a list of labels"
+    if not crit:
+        return 422, "a choice question needs at least one criterion"
+    if isinstance(crit, list):
+        for i, label in enumerate(crit):
+            if isinstance(label, (list, dict)):
+                return 422, (f"choice label {i} is a {type(label).__name__}; a label is rendered as option "
+                             "text and used as the answer key, so it must be a scalar (a string, number or "
+                             f"None), got {label!r}")
+    options = len(crit) if isinstance(crit, Mapping) else len({option_key(label) for label in crit})
+    if options > max_options:
+        return 413, f"too many options ({options} > {max_options})"
+    return None
+
+
+def _score_criteria_problem(crit: Any, max_options: int) -> tuple[int, str] | None:
+    if not isinstance(crit, list):
+        return 422, "a score question takes 'criteria' as a list of level descriptions, index 0 first"
+    if not crit:
+        return 422, "a score question needs at least one level"
+    for i, level in enumerate(crit):
+        if level is None:
+            return 422, f"score level {i} is null; give every level a description, index 0 first"
+    return None
+
+
+def _noul_criteria_problem(crit: Any, max_options: int) -> tuple[int, str] | None:
+    if crit is None:
         return None
+    if not isinstance(crit, Mapping):
+        return 422, "a noul question takes 'criteria' as a dict with optional 'true'/'false' descriptions, or omits it"
+    keys = sorted({str(k).lower() for k in crit})
+    if not set(keys) <= _NOUL_KEYS:
+        return 422, (f"a noul question takes 'criteria' keyed only 'true'/'false' (either or both, and "
+                     f"omitted is fine), got {keys!r}.")
+    return None
+
+
+# laya-serve's checks of one question type's criteria: (status, words) of the first problem, or None.
+_CRITERIA_CHECKS: dict[str, Callable[[Any, int], tuple[int, str] | None]] = {
+    "choice": _choice_criteria_problem, "score": _score_criteria_problem, "noul": _noul_criteria_problem,
+}
 
 
 _TARGET_FLAVOUR = _TargetFlavour()

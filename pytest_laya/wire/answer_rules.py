@@ -199,20 +199,33 @@ def answer_breaks(asked: AskedQuestion, raw: Any) -> Iterator[RuleBreak]:
         yield _shape(path + ("type",), repr(asked.type), shown(raw.get("type")),
                      f"has type {shown(raw.get('type'))}, but a {asked.type} question was asked")
         return
+    yield from _confidence_breaks(asked, path, raw)
+    if asked.type == "noul":
+        yield from _noul_breaks(path, raw)
+    else:
+        yield from _option_breaks(asked, path, raw)
+
+
+def _confidence_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str, Any]) -> Iterator[RuleBreak]:
     if "confidence" in raw:
         found = _unit_break(path + ("confidence",), "confidence-range", "confidence", raw["confidence"])
         if found is not None:
             yield found
     elif asked.type != "noul":  # Jev's noul answer is `type` and `noul` only
         yield _shape(path + ("confidence",), "a confidence", "absent", "has no confidence")
-    if asked.type == "noul":
-        if "noul" not in raw:
-            yield _shape(path + ("noul",), "P(true) as 'noul'", "absent", "has no 'noul' probability")
-            return
-        found = _unit_break(path + ("noul",), "probability-range", "noul", raw["noul"])
-        if found is not None:
-            yield found
+
+
+def _noul_breaks(path: tuple[str, ...], raw: Mapping[str, Any]) -> Iterator[RuleBreak]:
+    if "noul" not in raw:
+        yield _shape(path + ("noul",), "P(true) as 'noul'", "absent", "has no 'noul' probability")
         return
+    found = _unit_break(path + ("noul",), "probability-range", "noul", raw["noul"])
+    if found is not None:
+        yield found
+
+
+def _option_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str, Any]) -> Iterator[RuleBreak]:
+    """A choice or score answer's breaks: its distribution first, then what it says of it."""
     probabilities = raw.get("probabilities")
     if not isinstance(probabilities, Mapping):
         yield _shape(path + ("probabilities",), "an object", type(probabilities).__name__,
@@ -238,9 +251,9 @@ def answer_breaks(asked: AskedQuestion, raw: Any) -> Iterator[RuleBreak]:
         yield from choice_breaks(path, key, probabilities)
         return
     levels = {int(k): float(p) for k, p in probabilities.items()}
-    found = expectation_break(path, raw.get("score"), levels)
-    if found is not None:
-        yield found
+    expectation = expectation_break(path, raw.get("score"), levels)
+    if expectation is not None:
+        yield expectation
     legend = raw.get("legend")
     if legend is not None:
         yield from _legend_breaks(path + ("legend",), legend, len(levels))
