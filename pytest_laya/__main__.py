@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_laya.wire.spec_name import SpecName
+
 __all__ = ["main", "pytest_arguments"]
 
 PROG = "python -m pytest_laya"
@@ -51,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                                 epilog="Arguments after -- go to pytest unchanged, e.g. -- -k health -v, -- -n 2, "
                                        "-- --laya-report report.json.")
     check.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    check.add_argument("--spec", choices=("auto", "current", "target"), default="auto",
+    check.add_argument("--spec", choices=SpecName.values(), default=SpecName.AUTO.value,
                        help="the spec the server is held to (default auto: the one it claims in its Laya-Spec "
                             "header or /health, else current)")
     check.add_argument("--api-key", default=None, metavar="KEY",

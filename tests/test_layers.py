@@ -29,6 +29,7 @@ LAYERS = {
     "pytest_laya.intercept": 4,
     "pytest_laya.proxy": 4,
     "pytest_laya.store": 4,
+    "pytest_laya.route": 4,
     "pytest_laya.models": 5,
     "pytest_laya.contract": 5,
     "pytest_laya.strategies": 5,

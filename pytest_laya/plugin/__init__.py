@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin import interrupts, options, summary
-from pytest_laya.plugin.cassette_fixture import broken_cassette, cassette_file, cassette_location, find_shared_cassettes
+from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, find_shared_cassettes, replays_recorded
 from pytest_laya.plugin.caught_errors import SECTION, caught_section, fail_swallowed
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
@@ -89,7 +89,7 @@ def _set_size_limit(limit: int) -> int:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     run = _run(session.config)
-    if run is not None and run.mode != "replay":  # replay answers at once: nothing to wait for
+    if run is not None and not run.mode.replays:  # replay answers at once: nothing to wait for
         from pytest_laya.plugin.progress import progress_for
 
         run.progress = progress_for(session.config)
@@ -127,11 +127,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _check_items(run: LayaRun, items: list[pytest.Item]) -> None:
     for item in items:
         wanted = marker_options(item).get("server")  # typos fail the run at start-up, not one test at a time
-        needs_url = run.mode in ("live", "record", "verify") and wanted in (None, "live")
+        needs_url = run.mode.needs_url and wanted in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
-        if needs_url and uses_laya and run.record_mode == "missing" and not run.url:
-            path = cassette_file(*cassette_location(item, run))
-            needs_url = not path.is_file() or broken_cassette(path) is not None  # a broken one is recorded
+        if needs_url and uses_laya and not run.url:
+            needs_url = not replays_recorded(run, cassette_file(*cassette_location(item, run)))
         if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
             raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL, or laya_url "
                                     f"in the ini file), or @pytest.mark.laya(server='reference') on the test "
@@ -226,7 +225,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         # Skipped or broken, perhaps before reaching its cassette (or before asking for laya_url
         # with request.getfixturevalue): the test still owns its cassette.
         run = _run(item.config)
-        if run is not None and run.mode in ("replay", "record"):
+        if run is not None and run.mode.accounts_cassettes:
             try:
                 run.used_cassettes.add(cassette_file(*cassette_location(item, run)))
             except pytest.UsageError:

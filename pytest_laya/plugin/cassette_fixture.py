@@ -22,8 +22,8 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, conf
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
-__all__ = ["broken_cassette", "cassette_file", "cassette_files", "uses_a_cassette",
-           "cassette_location", "claim_cassette", "find_shared_cassettes", "pytest_recording_clash"]
+__all__ = ["broken_cassette", "cassette_file", "cassette_files", "cassette_location", "claim_cassette",
+           "find_shared_cassettes", "pytest_recording_clash", "replays_recorded", "uses_a_cassette"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
 #: why they meet: "marker" (cassette=), "name" (their names), "case" (names that differ only in case)),
@@ -69,6 +69,13 @@ def broken_cassette(path: Path) -> str | None:
     return None
 
 
+def replays_recorded(run: LayaRun, path: Path) -> bool:
+    """Whether a record-mode test replays its cassette at `path` instead (--laya-record=missing and
+    a readable file; a broken one is recorded again)."""
+    return (run.record_mode is not None and run.record_mode.replays_recorded and path.is_file()
+            and broken_cassette(path) is None)
+
+
 def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:
     """Fail a test that pytest-recording's `vcr` marker would give the very same cassette file."""
     if request.node.get_closest_marker("vcr") is None or not request.config.pluginmanager.has_plugin("recording"):
@@ -85,7 +92,7 @@ def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:
 
 def uses_a_cassette(item: pytest.Item, run: LayaRun) -> bool:
     """Whether the test will read or write a cassette file (the route `_choose` would give it)."""
-    if "laya_server" not in getattr(item, "fixturenames", ()) or run.mode in ("live", "fake"):
+    if "laya_server" not in getattr(item, "fixturenames", ()) or not run.mode.uses_cassette_file:
         return False
     return marker_options(item).get("server") != "fake"
 

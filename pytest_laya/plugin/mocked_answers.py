@@ -39,8 +39,9 @@ class MockedAnswerCheck:
         if str(request.method).upper() != "POST" or urlsplit(request.uri).path not in (DECIDE_PATH, BATCH_PATH):
             return
         exchange = exchange_of(request, response)
-        if self.run.spec in ("current", "target"):
-            spec, why = self.run.spec, f"--laya-spec {self.run.spec} was given"
+        chosen = self.run.spec_document
+        if chosen is not None:
+            spec, why = chosen.value, f"--laya-spec {chosen} was given"
         else:
             spec = claimed_spec_of(exchange.headers, None).name
             why = ("the mocked response says so in its Laya-Spec header" if spec == "target"

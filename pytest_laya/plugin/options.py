@@ -15,27 +15,28 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin.run import LayaRun
+from pytest_laya.route.modes import Mode, RecordMode
+from pytest_laya.wire.spec_name import SpecName
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.client.secret import Secret
 
 __all__ = ["CONFORMANCE", "MODES", "RECORD_MODES", "SPECS", "add_options", "check_url", "resolve"]
 
-MODES = ("replay", "record", "live", "fake", "verify")
-SPECS = ("auto", "current", "target")
+MODES = Mode.values()
+SPECS = SpecName.values()
 #: --laya-record=all refreshes every selected test's cassette; =missing records only those without one.
-RECORD_MODES = ("all", "missing")
+RECORD_MODES = RecordMode.values()
 CONFORMANCE = ("enforce", "report")
 
 
-def _record_mode(value: str) -> str:
-    if value not in RECORD_MODES:
+def _record_mode(value: str) -> RecordMode:
+    try:
+        return RecordMode.parse(value)
+    except ValueError as exc:
         import argparse
 
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a record mode: use --laya-record (refresh every selected test) or "
-            f"--laya-record=missing (record only tests without a cassette); put test paths before --laya-record")
-    return value
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tolerance(value: str) -> float:
@@ -55,7 +56,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--laya-mode", choices=MODES, default=None,
                     help="how tests reach Laya: replay cassettes (default), record them, a live server, the fake, "
                          "or verify (run live and compare every answer with the test's cassette).")
-    group.addoption("--laya-record", nargs="?", const="all", default=None, type=_record_mode, metavar="all|missing",
+    group.addoption("--laya-record", nargs="?", const=RecordMode.ALL.value, default=None, type=_record_mode,
+                    metavar="|".join(RECORD_MODES),
                     help="record mode: refresh the cassettes of the tests that run (--laya-record), or record only "
                          "those without a cassette and replay the rest (--laya-record=missing).")
     group.addoption("--laya-url", default=None,
@@ -139,17 +141,7 @@ def add_options(parser: pytest.Parser) -> None:
 def resolve(config: pytest.Config) -> LayaRun:
     """The run's settings from the options, the ini file and the environment; or a UsageError."""
     opt = config.option
-    mode = opt.laya_mode
-    record_mode = opt.laya_record
-    if record_mode:
-        if mode not in (None, "record"):
-            raise pytest.UsageError(f"--laya-record asks for record mode, but --laya-mode={mode} was given too: pass one of them")
-        mode = "record"
-    mode = mode or config.getini("laya_mode") or "replay"
-    if mode not in MODES:
-        raise pytest.UsageError(f"laya_mode = {mode!r} in the ini file: use one of {', '.join(MODES)}")
-    if mode == "record" and not record_mode:
-        record_mode = "all"
+    mode, record_mode = _modes(config)
     url = opt.laya_url or config.getini("laya_url") or os.environ.get("LAYA_SERVED_URL") or None
     url_source = ("--laya-url" if opt.laya_url else "laya_url in the ini file" if config.getini("laya_url")
                   else "LAYA_SERVED_URL")
@@ -166,12 +158,12 @@ def resolve(config: pytest.Config) -> LayaRun:
     report = opt.laya_report or config.getini("laya_report") or None
     strict = opt.laya_strict if opt.laya_strict is not None else config.getini("laya_strict")
     api_key = _api_key(opt.laya_api_key, os.environ.get("LAYA_SERVED_API_KEY"))
-    run = LayaRun(mode=mode, url=_url(url), api_key=api_key, spec=spec,
+    run = LayaRun(mode=mode, url=_url(url), api_key=api_key, spec=SpecName(spec),
                   cassette_dir=(base / cassette_dir) if cassette_dir else None, strict=bool(strict),
                   report=Path(report) if report else None, checkpoint=opt.laya_checkpoint)
     run.verify_tolerance = _verify_tolerance(config)
     run.max_cassette_bytes = _max_cassette_bytes(config)
-    run.record_mode = record_mode if mode == "record" else None
+    run.record_mode = record_mode
     run.conformance_mode = conformance
     run.block_network = bool(block_network)
     run.prune = bool(opt.laya_prune)
@@ -188,8 +180,23 @@ def resolve(config: pytest.Config) -> LayaRun:
     run.store = _store(config)
     run.report_html = _report_html(config)
     if run.url:
-        check_url(run.url, run.api_key, where=url_source, reach=run.mode in ("live", "record", "verify"))
+        check_url(run.url, run.api_key, where=url_source, reach=run.mode.needs_url)
     return run
+
+
+def _modes(config: pytest.Config) -> tuple[Mode, RecordMode | None]:
+    """(--laya-mode, --laya-record's record mode in record mode, else None)."""
+    given, record_mode = config.option.laya_mode, config.option.laya_record
+    if record_mode:
+        if given is not None and not Mode(given).records:
+            raise pytest.UsageError(f"--laya-record asks for record mode, but --laya-mode={given} was given too: "
+                                    f"pass one of them")
+        given = Mode.RECORD
+    name = given or config.getini("laya_mode") or Mode.REPLAY
+    if name not in MODES:
+        raise pytest.UsageError(f"laya_mode = {name!r} in the ini file: use one of {', '.join(MODES)}")
+    mode = Mode(name)
+    return mode, (record_mode or RecordMode.ALL) if mode.records else None
 
 
 # Options whose value is a path: written `--opt PATH`, pytest picks the rootdir before it knows them.

@@ -20,9 +20,12 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_laya.route.modes import Mode
+from pytest_laya.wire.spec_name import SpecName
+
 __all__ = ["add_proxy_parser", "main"]
 
-MODES = ("replay", "record", "live")
+MODES = tuple(mode.value for mode in (Mode.REPLAY, Mode.RECORD, Mode.LIVE))
 #: How many exchanges a long-running proxy keeps in memory (the recording itself aside).
 KEPT_EXCHANGES = 100
 
@@ -40,7 +43,7 @@ def add_proxy_parser(commands: Any) -> argparse.ArgumentParser:
     proxy.add_argument("--upstream", metavar="URL", help="the Laya server to forward to (record, live)")
     proxy.add_argument("--cassette", default="proxy", metavar="NAME",
                        help="record: the cassette written under DIR (default proxy, i.e. DIR/proxy.yaml)")
-    proxy.add_argument("--spec", choices=("auto", "current", "target"), default="auto",
+    proxy.add_argument("--spec", choices=SpecName.values(), default=SpecName.AUTO.value,
                        help="the spec every response is held to (default auto: the one the server claims)")
     proxy.add_argument("--conformance", choices=("enforce", "report"), default="enforce",
                        help="enforce: a response that breaks its spec is answered as a spec_violation problem "
@@ -51,9 +54,10 @@ def add_proxy_parser(commands: Any) -> argparse.ArgumentParser:
 def _problem(options: argparse.Namespace) -> str | None:
     from pytest_laya.proxy.upstream import Upstream
 
-    if options.mode == "replay" and options.upstream:
+    replays = Mode(options.mode).replays
+    if replays and options.upstream:
         return "--upstream is for --mode record or live; replay answers from the cassettes alone"
-    if options.mode != "replay":
+    if not replays:
         if not options.upstream:
             return f"--mode {options.mode} needs --upstream URL (the Laya server to forward to)"
         try:
@@ -62,7 +66,7 @@ def _problem(options: argparse.Namespace) -> str | None:
             return str(exc)
     if not 0 <= options.port <= 65535:
         return f"--port must be 0 to 65535, got {options.port}"
-    if options.mode == "replay" and not Path(options.cassettes).is_dir():
+    if replays and not Path(options.cassettes).is_dir():
         return f"--cassettes {options.cassettes} is not a directory (replay serves the cassettes under it)"
     if "/" in options.cassette or "\\" in options.cassette or options.cassette in ("", ".", ".."):
         return f"--cassette is a file name under DIR, not a path: {options.cassette!r}"
@@ -81,35 +85,37 @@ class _Standalone:
         from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
         from pytest_laya.wire.urls import redact_url
 
-        self.mode = options.mode
+        self.mode = Mode(options.mode)
         directory = Path(options.cassettes)
-        spec = None if options.spec == "auto" else options.spec
-        self.run = LayaRun(mode=options.mode, url=options.upstream, api_key=None, spec=spec, cassette_dir=directory,
+        spec = SpecName.document(options.spec)
+        self.run = LayaRun(mode=self.mode, url=options.upstream, api_key=None, spec=spec, cassette_dir=directory,
                            strict=False, report=None, checkpoint=None, conformance_mode=options.conformance)
         self.lock = threading.Lock()
         self.library = None
         self.handle = None
-        if self.mode == "replay":
+        if self.mode.replays:
             self.library = CassetteLibrary(directory)
-            server = ServerHandle(url=REPLAY_URL, kind="replay", spec=spec or "auto", label=f"replay of {directory}")
+            server = ServerHandle(url=REPLAY_URL, kind="replay", spec=(spec or SpecName.AUTO).value,
+                                  label=f"replay of {directory}")
             cassette: Any = self.library
             self.what = f"{self.library.interactions} interactions from {len(self.library.handles)} cassettes under {directory}"
         else:
-            record = self.mode == "record"
+            record = self.mode.records
             path = directory / f"{options.cassette}.yaml"
             self.handle = laya_vcr(record=True, cassette_dir=None, api_key=None, strict=False,
                                    record_hint="--mode record").open(path if record else "<capture>")
             if not record:
                 self.handle.discard()
-            server = ServerHandle(url=options.upstream, kind="live", spec=spec or "auto",
+            server = ServerHandle(url=options.upstream, kind="live", spec=(spec or SpecName.AUTO).value,
                                   label=f"{self.mode} {redact_url(options.upstream)}")
             cassette = self.handle.cassette
             self.what = f"forwarding to {redact_url(options.upstream)}" + (f", recording into {path}" if record else "")
-        recording = self.handle.path if self.handle is not None and self.mode == "record" else None
-        self.route = TestRoute(nodeid="proxy", server=server, kind="replay" if self.mode == "replay" else "record",
+        recording = self.handle.path if self.handle is not None and self.mode.records else None
+        kind = "replay" if self.mode.replays else "record"
+        self.route = TestRoute(nodeid="proxy", server=server, kind=kind,
                                handle=self.handle, cassette_path=recording)
         self.check = SpecCheck(self.run, self.route)
-        self.route.laya = LayaRoute(cassette, kind="replay" if self.mode == "replay" else "record", catch_all=True,
+        self.route.laya = LayaRoute(cassette, kind=kind, catch_all=True,
                                     observer=self.check, redact=self.handle.redact if self.handle else str)
         self.upstream = Upstream(options.upstream) if options.upstream else None
         self.target = RouteTarget(self.route.laya, upstream=self.upstream, origin=server.url)
@@ -122,9 +128,9 @@ class _Standalone:
             # A long-running proxy keeps the recording, and a bounded tail of everything else.
             for kept in (laya.exchanges, laya.calls, laya.errors, self.route.violations):
                 del kept[:-KEPT_EXCHANGES]
-            if self.mode == "live" and self.handle is not None:
+            if not self.mode.records and self.handle is not None:  # live: nothing kept
                 self.handle.cassette.data.clear()
-            elif self.mode == "record" and self.handle is not None and self.handle.cassette.data:
+            elif self.mode.records and self.handle is not None and self.handle.cassette.data:
                 self.handle.set_provenance(server=self.route.server.label, spec=self.check.claimed or "current")
                 self.handle.finish(failed=False)  # atomic: the file is always whole
         return reply

@@ -31,6 +31,7 @@ from pytest_laya.plugin.cassette_fixture import (
     cassette_location,
     claim_cassette,
     pytest_recording_clash,
+    replays_recorded,
 )
 from pytest_laya.plugin.caught_errors import fail_swallowed
 from pytest_laya.plugin.freshness import check_freshness
@@ -40,6 +41,7 @@ from pytest_laya.plugin.mocked_answers import LISTED_VIOLATIONS, MockedAnswerChe
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 from pytest_laya.plugin.store import fail_unfetched, store_recorded
 from pytest_laya.plugin.verify_mode import changed_answers, shown_path, verify_route
+from pytest_laya.wire.spec_name import SpecName
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
@@ -106,10 +108,7 @@ def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
 
 
 def _recorded_spec(run: LayaRun, provenance: dict[str, Any]) -> str:
-    if run.spec in ("current", "target"):
-        return run.spec
-    spec = provenance.get("spec")
-    return spec if spec in ("current", "target") else "auto"
+    return (run.spec_document or SpecName.document(provenance.get("spec")) or SpecName.AUTO).value
 
 
 def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | None) -> ServerHandle:
@@ -121,8 +120,7 @@ def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | Non
     if not run.url:
         pytest.fail(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL), or "
                     f"@pytest.mark.laya(server='reference') on the test", pytrace=False)
-    return ServerHandle(url=run.url, kind="live", spec=run.spec if run.spec in ("current", "target") else "auto",
-                        api_key=run.api_key)
+    return ServerHandle(url=run.url, kind="live", spec=(run.spec_document or SpecName.AUTO).value, api_key=run.api_key)
 
 
 def _choose(request: pytest.FixtureRequest, run: LayaRun,
@@ -137,22 +135,19 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
     wanted = marker_options(request.node).get("server")
     if given is not None and given.kind not in ("live", "replay"):
         return given, "capture", None
-    if given is None and (wanted == "fake" or (wanted is None and run.mode == "fake")):
+    if given is None and (wanted == "fake" or (wanted is None and run.mode.fakes)):
         fake = request.getfixturevalue("_laya_session_fake")
         pin_marker_answers(request, fake.laya, run)
-        return ServerHandle(url=fake.url, kind="fake", spec=run.spec if run.spec in ("current", "target") else "target"), \
+        return ServerHandle(url=fake.url, kind="fake", spec=(run.spec_document or SpecName.TARGET).value), \
             "capture", None
-    if run.mode in ("live", "fake"):
+    if not run.mode.uses_cassette_file:
         return given or _live_handle(request, run, wanted), "capture", None
     path = cassette_file(*cassette_location(request.node, run))
     if run.store is not None:
         fail_unfetched(request, path)
-    mode = run.mode
-    if mode == "record" and run.record_mode == "missing" and broken_cassette(path) is None and path.is_file():
-        mode = "replay"  # --laya-record=missing: what has a (readable) cassette replays
-    if mode == "replay":
+    if run.mode.replays or replays_recorded(run, path):  # --laya-record=missing: a readable cassette replays
         return _replay_handle(run, path) if given is None else given, "replay", path
-    return given or _live_handle(request, run, wanted), ("record" if mode == "record" else "verify"), path
+    return given or _live_handle(request, run, wanted), ("record" if run.mode.records else "verify"), path
 
 
 # -- the spec check ------------------------------------------------------------------------
@@ -171,12 +166,14 @@ class _SpecCheck:
         from pytest_laya.servers.claimed_spec import claimed_spec_of
 
         server = self.route.server
-        if self.run.spec in ("current", "target"):
-            return self.run.spec, f"--laya-spec {self.run.spec} was given"
-        if server.spec in ("current", "target"):
+        chosen = self.run.spec_document
+        if chosen is not None:
+            return chosen.value, f"--laya-spec {chosen} was given"
+        known = SpecName.document(server.spec)
+        if known is not None:
             if server.kind == "replay":
-                return server.spec, "its cassette was recorded under it"
-            return server.spec, f"a {server.kind} server implements it"
+                return known.value, "its cassette was recorded under it"
+            return known.value, f"a {server.kind} server implements it"
         health = self.run.health_of(server) if server.kind != "replay" else None
         claim = claimed_spec_of(exchange.headers, health)
         return claim.name, claim.of("the server")
@@ -285,7 +282,7 @@ def open_fake_route(request: pytest.FixtureRequest, run: LayaRun, url: str) -> c
     the fake breaks its spec only where the test's fault script asks it to (`garbage_body()`)."""
     from pytest_laya.servers.handle import ServerHandle
 
-    spec = run.spec if run.spec in ("current", "target") else "target"
+    spec = (run.spec_document or SpecName.TARGET).value
     server = ServerHandle(url=url, kind="fake", spec=spec, label="laya_fake_server")
     return open_test_route(request, run, server, primary=False)
 
@@ -311,7 +308,7 @@ def open_test_route(request: pytest.FixtureRequest, run: LayaRun, server: Server
         pytest_recording_clash(request, path)
         claim_cassette(request, run, path)
     config = vcr_config(request)
-    if kind == "record" or (kind in ("verify", "capture") and server.spec not in ("current", "target")):
+    if kind == "record" or (kind in ("verify", "capture") and SpecName.document(server.spec) is None):
         # The weights' identity and the claimed spec: read once per server and session, before
         # any cassette is in place (and never for a server whose spec is known).
         run.health_of(server)

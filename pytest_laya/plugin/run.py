@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_laya.route.modes import Mode, RecordMode
+from pytest_laya.wire.spec_name import SpecName
+
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes.verify import VerifyTotals
     from pytest_laya.intercept import Switchboard
@@ -47,10 +50,11 @@ class LayaRun:
     Under pytest-xdist the controller's `LayaRun` holds the merged totals of its workers.
     """
 
-    mode: str
+    mode: Mode
     url: str | None
     api_key: Any = field(repr=False)  # a `pytest_laya.client.Secret`, or None
-    spec: str | None
+    #: --laya-spec (None: auto).
+    spec: SpecName | None
     cassette_dir: Path | None
     strict: bool
     report: Path | None
@@ -85,7 +89,7 @@ class LayaRun:
     #: Extra summary lines by section title (the server contract's target gaps and measurements).
     notes: dict[str, list[str]] = field(default_factory=dict)
     #: --laya-record: "all" or "missing" (None outside record mode); enforce | report; the network guard.
-    record_mode: str | None = None
+    record_mode: RecordMode | None = None
     conformance_mode: str = "enforce"
     block_network: bool = False
     prune: bool = False
@@ -116,6 +120,22 @@ class LayaRun:
     _health: dict[str, Health | None] = field(default_factory=dict, repr=False)
     #: The terminal's progress status (`plugin.progress.Progress`), told of every exchange; None off a terminal.
     progress: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # Given as the command line's strings too (the standalone proxy, benchmarks, tests).
+        self.mode = Mode(self.mode)
+        self.spec = SpecName(self.spec) if self.spec is not None else None
+        self.record_mode = RecordMode(self.record_mode) if self.record_mode is not None else None
+
+    @property
+    def reads_cassettes(self) -> bool:
+        """Tests read recorded cassettes: replay, verify, or a record mode that replays what is recorded."""
+        return self.mode.reads_cassettes or (self.record_mode is not None and self.record_mode.replays_recorded)
+
+    @property
+    def spec_document(self) -> SpecName | None:
+        """The spec --laya-spec names (CURRENT or TARGET); None for auto."""
+        return SpecName.document(self.spec)
 
     def switchboard(self) -> Switchboard:
         """This process's switchboard (its HTTP patches are built once, on first use)."""
@@ -201,7 +221,7 @@ class LayaRun:
         from pytest_laya.specs.conformance import SpecViolationError
 
         label = self.server_label(server)
-        spec = server.spec if server.spec in ("current", "target") else "current"
+        spec = (SpecName.document(server.spec) or SpecName.CURRENT).value
         replayed_from = str(cassette.path) if cassette is not None and not getattr(cassette, "record", True) else None
 
         def observe(exchange: Exchange) -> None:

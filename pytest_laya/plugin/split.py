@@ -34,7 +34,7 @@ def shard_scope(run: LayaRun, config: pytest.Config) -> dict[str, Any]:
     """The report's ``cassette_files``, ``used_cassettes`` and ``scope`` for this run."""
     root = config.rootpath
     files = None
-    if run.mode in ("replay", "record"):
+    if run.mode.accounts_cassettes:
         files = find_unused(run, root, used=set())
     return {
         "cassette_files": files,

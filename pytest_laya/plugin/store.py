@@ -32,7 +32,7 @@ def fetch_missing(config: pytest.Config, items: list[pytest.Item], run: LayaRun)
     """After collection: fetch every collected test's cassette the local directory lacks (replay,
     verify, --laya-record=missing). After one failed read, the other missing ones are not tried:
     each of their tests fails with the same reason."""
-    if run.store is None or not (run.mode in ("replay", "verify") or run.record_mode == "missing"):
+    if run.store is None or not run.reads_cassettes:
         return
     from pytest_laya.cassettes.persist import atomic_write
     from pytest_laya.store import StoreError

@@ -34,7 +34,7 @@ __all__ = ["claimed_violations", "conclude", "summary", "write_terminal_summary"
 def summary(run: LayaRun) -> dict[str, Any]:
     """The JSON report's document."""
     return {
-        "mode": run.mode,
+        "mode": run.mode.value,
         "servers": run.servers,
         "cassettes": dict(run.cassettes),
         "conformance": run.conformance.rows() if run.conformance else [],
@@ -63,7 +63,7 @@ def conclude(run: LayaRun, session: pytest.Session, exitstatus: int) -> None:
     if run.ran < run.collected:
         run.partial.append(f"{run.collected - run.ran} of {run.collected} collected tests did not run")
     run.unused_cassettes = None
-    if run.mode in ("replay", "record") and not run.partial and not selection_problems(config):
+    if run.mode.accounts_cassettes and not run.partial and not selection_problems(config):
         run.unused_cassettes = find_unused(run, config.rootpath)
         if run.prune:
             run.pruned = prune(run.unused_cassettes, config.rootpath, families=run.families,

@@ -89,7 +89,7 @@ def note_dropped_items(run: LayaRun, items: list[pytest.Item]) -> None:
     if dropped > 0:
         run.partial.append(f"{dropped} of {run.items_seen} collected tests were left out of the run without "
                            f"pytest_deselected (a conftest's pytest_collection_modifyitems?)")
-    if run.mode not in ("replay", "record"):
+    if not run.mode.accounts_cassettes:
         return
     for item in items:
         if getattr(item, "callspec", None) is None:

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_laya.route.modes import Mode
+
 __all__ = ["ReportError", "merge_reports", "read_report", "violations_of", "LISTED_VIOLATIONS"]
 
 #: The summary section that lists violations that failed no test (plugin.routes writes it).
@@ -71,7 +73,7 @@ def _unused(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple
     deselected: set[str] = set()
     for name, report in zip(names, reports):
         scope = report.get("scope")
-        if report.get("mode") not in ("replay", "record"):
+        if not _accounts_cassettes(report.get("mode")):
             why.append(f"{name} ran in {report.get('mode')} mode (cassettes are read in replay and record)")
         if not isinstance(scope, dict) or report.get("cassette_files") is None:
             why.append(f"{name} does not say which tests it ran and which cassettes it saw "
@@ -144,3 +146,8 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], names: Sequence[str] | N
         "scope": {"ran": ran, "deselected": sorted(deselected - set(ran)), "selection": [],
                   "partial": [line for line in unused_why]},
     }
+
+
+def _accounts_cassettes(mode: object) -> bool:
+    """Whether a report's run, in `mode`, saw which cassettes its tests used."""
+    return isinstance(mode, str) and mode in Mode.values() and Mode(mode).accounts_cassettes

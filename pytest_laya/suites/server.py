@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_laya.client import DECIDE_PATH
+from pytest_laya.route.modes import Mode
 from pytest_laya.servers import ServerHandle
 from pytest_laya.servers.claimed_spec import DEFAULT_SPEC
 from pytest_laya.suites.behaviour import Tolerance, option_orders, tolerance_for, with_fillers
@@ -85,9 +86,9 @@ ORDER_PROBES: list[tuple[str, dict[str, Any]]] = [
 def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator[ServerUnderTest]:
     """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec:
     --laya-spec's, or (without it, or with ``auto``) the one it claims."""
-    if laya_run.mode == "live":
+    if laya_run.mode is Mode.LIVE:
         url, kind, api_key = laya_run.url, "live", laya_run.api_key
-    elif laya_run.mode == "fake":
+    elif laya_run.mode.fakes:
         url, kind, api_key = request.getfixturevalue("_laya_session_fake").url, "fake", None
     else:
         pytest.exit(f"the server contract checks a running server: add --laya-mode=live --laya-url URL "

@@ -38,6 +38,7 @@ from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.wire.problems import printable
 from pytest_laya.wire.requests import MAX_BODY_BYTES
+from pytest_laya.wire.spec_name import SpecName
 from pytest_laya.wire.urls import redact_url
 
 __all__ = [
@@ -155,8 +156,9 @@ def resolve_spec(chosen: str | None, first: Exchange, health: Any) -> ClaimedSpe
     `first` is the run's first response (its GET /health) and `health` that document, if any;
     ``auto`` or None means: read the claim (`pytest_laya.servers.claimed_spec_of`).
     """
-    if chosen in ("current", "target"):
-        return ClaimedSpec(chosen, "chosen with --laya-spec")
+    named = SpecName.document(chosen)
+    if named is not None:
+        return ClaimedSpec(named.value, "chosen with --laya-spec")
     return claimed_spec_of(first.headers, health)
 
 

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Mapping
 from typing import NamedTuple, TypeVar
 
+from pytest_laya.wire.spec_name import SpecName
+
 __all__ = [
     "REQUEST_ID_HEADER",
     "SPEC_HEADER",
@@ -33,7 +35,7 @@ REQUEST_ID_HEADER = "X-Request-Id"
 TRACEPARENT_HEADER = "traceparent"
 #: The response header by which a server says which of the kit's specs it implements.
 SPEC_HEADER = "Laya-Spec"
-SPEC_NAMES: tuple[str, ...] = ("current", "target")
+SPEC_NAMES: tuple[str, ...] = (SpecName.CURRENT.value, SpecName.TARGET.value)
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_laya.wire.identity import ServedIdentity
+from pytest_laya.wire.spec_name import SpecName
 
 __all__ = ["Health"]
 
@@ -47,8 +48,8 @@ class Health:
     @property
     def spec(self) -> str | None:
         """The spec the server says it implements (``"spec"``: ``current`` or ``target``), if any."""
-        spec = self.raw.get("spec")
-        return spec if spec in ("current", "target") else None
+        named = SpecName.document(self.raw.get("spec"))
+        return named.value if named is not None else None
 
     @property
     def limits(self) -> Mapping[str, Any]:

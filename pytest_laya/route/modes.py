@@ -1,0 +1,102 @@
+"""`Mode` and `RecordMode`: what a run does with each test's Laya traffic, as the questions the code asks.
+
+Every trait of a mode is answered here, so a new mode (or record mode) is one member and its
+rows below, and the command line's choices and messages follow from the members.
+"""
+
+from __future__ import annotations
+
+from pytest_laya.wire.text_enum import TextEnum
+
+__all__ = ["Mode", "RecordMode"]
+
+
+class Mode(TextEnum):
+    """``--laya-mode``: how tests reach Laya."""
+
+    REPLAY = "replay"
+    RECORD = "record"
+    LIVE = "live"
+    FAKE = "fake"
+    VERIFY = "verify"
+
+    @property
+    def needs_url(self) -> bool:
+        """Tests reach a live server (``--laya-url``) unless their marker picks another."""
+        return self in _REACHES_SERVER
+
+    @property
+    def uses_cassette_file(self) -> bool:
+        """A test reads or writes its cassette file (else its traffic is captured, never saved)."""
+        return self in _USES_CASSETTE_FILE
+
+    @property
+    def records(self) -> bool:
+        """Tests' cassettes are written."""
+        return self is Mode.RECORD
+
+    @property
+    def replays(self) -> bool:
+        """Tests are answered from their cassettes, with no server and no socket."""
+        return self is Mode.REPLAY
+
+    @property
+    def verifies(self) -> bool:
+        """Tests run live and every answer is compared with their cassette."""
+        return self is Mode.VERIFY
+
+    @property
+    def fakes(self) -> bool:
+        """Tests' server is the built-in fake."""
+        return self is Mode.FAKE
+
+    @property
+    def reads_cassettes(self) -> bool:
+        """Tests read their recorded cassettes (replayed, or compared in verify)."""
+        return self in _READS_CASSETTES
+
+    @property
+    def accounts_cassettes(self) -> bool:
+        """The run replays or writes cassettes, so it knows which ones no test used (--laya-prune)."""
+        return self in _ACCOUNTS_CASSETTES
+
+
+_REACHES_SERVER = frozenset({Mode.LIVE, Mode.RECORD, Mode.VERIFY})
+_USES_CASSETTE_FILE = frozenset({Mode.REPLAY, Mode.RECORD, Mode.VERIFY})
+_READS_CASSETTES = frozenset({Mode.REPLAY, Mode.VERIFY})
+_ACCOUNTS_CASSETTES = frozenset({Mode.REPLAY, Mode.RECORD})
+
+
+class RecordMode(TextEnum):
+    """``--laya-record[=all|missing]``: which tests record in record mode."""
+
+    ALL = "all"
+    MISSING = "missing"
+
+    @property
+    def replays_recorded(self) -> bool:
+        """A test whose cassette exists and can be read replays it instead of recording."""
+        return self is RecordMode.MISSING
+
+    @property
+    def flag(self) -> str:
+        """How the command line asks for it (``all`` is the bare flag's value)."""
+        return "--laya-record" if self is RecordMode.ALL else f"--laya-record={self.value}"
+
+    @property
+    def does(self) -> str:
+        """What it does, in a message's words."""
+        return _DOES[self]
+
+    @classmethod
+    def parse(cls, value: str) -> RecordMode:
+        """`value` as a record mode; a ValueError saying what to pass instead."""
+        try:
+            return cls(value)
+        except ValueError:
+            choices = " or ".join(f"{mode.flag} ({mode.does})" for mode in cls)
+            raise ValueError(f"{value!r} is not a record mode: use {choices}; put test paths before "
+                             f"--laya-record") from None
+
+
+_DOES = {RecordMode.ALL: "refresh every selected test", RecordMode.MISSING: "record only tests without a cassette"}
