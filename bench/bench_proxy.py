@@ -8,7 +8,7 @@ in-process path and a direct call to a loopback server.
 keep-alive httpx client each; each decision is timed alone (``perf_counter_ns``):
 
 - ``proxy``: `ProxyServer` + `RouteTarget` on the cassette's replay route, observed by the
-  plugin's spec check (`plugin.routes.SpecCheck`), as `laya_proxy` replays: the request crosses
+  plugin's spec check (`route.spec_check.SpecCheck`), as `laya_proxy` replays: the request crosses
   loopback, is matched, played, checked, and answered;
 - ``in process``: the same route behind the switchboard (`intercept.Switchboard`), the client
   calling the replay URL, as `laya_server` replays: no socket;
@@ -43,9 +43,10 @@ import httpx
 from pytest_laya.cassettes import laya_vcr
 from pytest_laya.fake import FakeLayaServer
 from pytest_laya.intercept import LayaRoute, Switchboard
-from pytest_laya.plugin.routes import SpecCheck, TestRoute
+from pytest_laya.plugin.routes import TestRoute
 from pytest_laya.plugin.run import LayaRun
 from pytest_laya.proxy import IncomingRequest, ProxyServer, Reply, RouteTarget, Upstream
+from pytest_laya.route.spec_check import SpecCheck
 from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
 
 GOAL_MS = 2.0

@@ -18,23 +18,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_laya.plugin import interrupts, options, summary
-from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location, find_shared_cassettes, replays_recorded
+from pytest_laya.plugin.cassette_fixture import cassette_of, find_shared_cassettes, replays_recorded
 from pytest_laya.plugin.caught_errors import SECTION, caught_section, fail_swallowed
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
-from pytest_laya.plugin.routes import (
-    OPEN_ROUTES,
-    ROUTE,
-    FromVcrConfig,
-    TestRoute,
-    open_fake_route,
-    open_test_route,
-    routed,
-    vcr_config,
-)
+from pytest_laya.plugin.routes import OPEN_ROUTES, ROUTE, TestRoute, open_fake_route
 from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
 from pytest_laya.plugin.store import fetch_missing
+from pytest_laya.plugin.switch import FromVcrConfig, routed, vcr_config
 from pytest_laya.plugin.tracebacks import hide_library_frames
 from pytest_laya.plugin.unused import note_dropped_items
 
@@ -130,7 +122,7 @@ def _check_items(run: LayaRun, items: list[pytest.Item]) -> None:
         needs_url = run.mode.needs_url and wanted in (None, "live")
         uses_laya = any(name.startswith(("laya_", "async_laya_")) for name in getattr(item, "fixturenames", ()))
         if needs_url and uses_laya and not run.url:
-            needs_url = not replays_recorded(run, cassette_file(*cassette_location(item, run)))
+            needs_url = not replays_recorded(run, cassette_of(item, run))
         if needs_url and uses_laya and not run.url and not _overridden(item, "laya_server"):
             raise pytest.UsageError(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL, or laya_url "
                                     f"in the ini file), or @pytest.mark.laya(server='reference') on the test "
@@ -227,7 +219,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         run = _run(item.config)
         if run is not None and run.mode.accounts_cassettes:
             try:
-                run.used_cassettes.add(cassette_file(*cassette_location(item, run)))
+                run.used_cassettes.add(cassette_of(item, run))
             except pytest.UsageError:
                 pass
     return report
@@ -346,7 +338,7 @@ def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_conf
     request to it -- from any client -- is answered or recorded by the mode and held to the
     server's spec.
     """
-    with open_test_route(request, laya_run) as route:
+    with TestRoute.opened(request, laya_run) as route:
         if laya_run.url_env:
             laya_run.export_server(request.getfixturevalue("monkeypatch"), route.server)
         yield LayaServer(route, request, laya_run)
@@ -360,7 +352,7 @@ def _laya_route(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: 
     if route is not None:
         yield route
         return
-    with open_test_route(request, laya_run, server=laya_server) as route:
+    with TestRoute.opened(request, laya_run, server=laya_server) as route:
         yield route
 
 

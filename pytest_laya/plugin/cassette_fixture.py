@@ -23,12 +23,14 @@ from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
 
 __all__ = ["broken_cassette", "cassette_file", "cassette_files", "cassette_location", "claim_cassette",
-           "find_shared_cassettes", "pytest_recording_clash", "replays_recorded", "uses_a_cassette"]
+           "find_shared_cassettes", "pytest_recording_clash", "replays_recorded", "cassette_of", "uses_a_cassette"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
 #: why they meet: "marker" (cassette=), "name" (their names), "case" (names that differ only in case)),
 #: for the tests that share a file with another.
 SHARED = pytest.StashKey[dict[str, tuple[Path, tuple[str, ...], str]]]()
+#: A test's cassette file, once worked out (`cassette_of`).
+CASSETTE = pytest.StashKey[Path]()
 
 
 def cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
@@ -45,6 +47,14 @@ def cassette_location(node: pytest.Item, run: LayaRun) -> tuple[Path, Path]:
             raise pytest.UsageError(str(exc)) from None
         return directory, Path(named)
     return directory, Path(cassette_relpath(node.nodeid, shared=run.cassette_dir is not None))
+
+
+def cassette_of(item: pytest.Item, run: LayaRun) -> Path:
+    """The file a test's cassette is (`cassette_location`, `cassette_file`), worked out once per test."""
+    path = item.stash.get(CASSETTE, None)
+    if path is None:
+        path = item.stash[CASSETTE] = cassette_file(*cassette_location(item, run))
+    return path
 
 
 def cassette_file(directory: Path, relpath: Path) -> Path:
@@ -104,7 +114,7 @@ def cassette_files(items: list[pytest.Item], run: LayaRun) -> Iterator[tuple[pyt
         if not uses_a_cassette(item, run):
             continue
         try:
-            yield item, cassette_file(*cassette_location(item, run))
+            yield item, cassette_of(item, run)
         except pytest.UsageError:
             continue
 

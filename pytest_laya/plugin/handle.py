@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_laya.route.spec_check import answered_by_a_fault
+
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.client import ServedLayaClient
     from pytest_laya.fake import FakeLayaServer
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.health import Health
     from pytest_laya.wire.identity import ServedIdentity
 
-__all__ = ["LayaServer", "answered_by_a_fault", "in_memory_fake", "skip_scripted_faults"]
+__all__ = ["LayaServer", "in_memory_fake", "skip_scripted_faults"]
 
 
 def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
@@ -42,15 +44,6 @@ def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
             observer(exchange)
 
     laya.observer = unless_scripted
-
-
-def answered_by_a_fault(fake: FakeLayaServer, exchange: Exchange) -> bool:
-    """Whether the fake's answer to `exchange` was a fault the test scripted (its latest call with that body)."""
-    sent = exchange.request_body
-    for call in reversed(fake.calls):
-        if call.content == sent:
-            return call.fault is not None
-    return False
 
 
 def in_memory_fake(request: pytest.FixtureRequest, route: TestRoute) -> Any:
@@ -132,7 +125,7 @@ class LayaServer:
         from pytest_laya.plugin.markers import track_test_pin
 
         route = self._fake_route("decide")
-        pin = route.fake.laya.pin(answers, state=state, questions=questions, times=times,
+        pin: Pin = route.fake.laya.pin(answers, state=state, questions=questions, times=times,
                                   where=f"laya_server.decide(...) in {self._request.node.nodeid}")
         track_test_pin(self._request, self._run, pin)
         return pin

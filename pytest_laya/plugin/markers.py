@@ -30,7 +30,7 @@ MARKER_HELP = ("laya(cassette=None, server=None, strict=None, answers=None, caug
                "hosts are refused with NetworkBlocked (as --laya-block-network, for this test).")
 
 #: The marker's pins on every fake this test got (the session's and its own `laya_fake_server`).
-_MARKER_PINS = pytest.StashKey[list]()
+_MARKER_PINS = pytest.StashKey[list["Pin"]]()
 
 
 def marker_options(node: pytest.Item) -> dict[str, Any]:

@@ -12,11 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_laya.plugin.run import LayaRun
+from pytest_laya.route.spec_check import LISTED_VIOLATIONS
 
-__all__ = ["LISTED_VIOLATIONS", "MOCKED_LABEL", "MockedAnswerCheck"]
-
-#: The summary section listing violations that failed no test (report mode, laya_fake_server).
-LISTED_VIOLATIONS = "spec violations (listed, not failing)"
+__all__ = ["MOCKED_LABEL", "MockedAnswerCheck"]
 
 #: How the summary and the report name answers that respx, pytest-httpx or a MockTransport gave.
 MOCKED_LABEL = "mocked (respx, pytest-httpx, MockTransport)"

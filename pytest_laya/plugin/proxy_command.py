@@ -31,7 +31,7 @@ KEPT_EXCHANGES = 100
 
 
 def add_proxy_parser(commands: Any) -> argparse.ArgumentParser:
-    proxy = commands.add_parser(
+    proxy: argparse.ArgumentParser = commands.add_parser(
         "proxy", help="a recording proxy for services outside pytest (docs/proxy.md)",
         description="Serve Laya cassettes over HTTP (replay), record through to a server (record), or forward and "
                     "check (live), for services in any process or language.")
@@ -79,9 +79,10 @@ class _Standalone:
     def __init__(self, options: argparse.Namespace) -> None:
         from pytest_laya.cassettes import laya_vcr
         from pytest_laya.intercept import LayaRoute
-        from pytest_laya.plugin.routes import SpecCheck, TestRoute
+        from pytest_laya.plugin.routes import TestRoute
         from pytest_laya.plugin.run import LayaRun
         from pytest_laya.proxy import CassetteLibrary, RouteTarget, Upstream
+        from pytest_laya.route.spec_check import SpecCheck
         from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
         from pytest_laya.wire.urls import redact_url
 

@@ -124,33 +124,59 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
     if not report["servers"] and not any(report["cassettes"].values()) and not unused and not run.notes:
         return
     tr.section("pytest-laya")
+    detailed = tr.config.option.verbose > 0 or "server contract" in run.notes
+    _write_head(tr, run, report, detailed)
+    _write_notes(tr, run, report, detailed)
+    if run.verify:
+        for number, line in enumerate(run.verify.lines()):
+            tr.line(line, red=number > 0)
+    _write_cassette_advice(tr, report["cassettes"])
+    if run.pruned:
+        tr.line(f"pruned {len(run.pruned)} unused cassette(s):", yellow=True)
+        for path in run.pruned:
+            tr.line(f"  {path}")
+        unused = []
+    if unused:
+        tr.line(f"unused cassettes: {len(unused)} (delete them or run the tests that own them)", yellow=True)
+        for path in unused:
+            tr.line(f"  {path}")
+
+
+def _write_head(tr: Any, run: LayaRun, report: dict[str, Any], detailed: bool) -> None:
+    """The mode and the cassettes' outcomes (and, detailed, the servers with their specs)."""
     c = report["cassettes"]
     counted = [f"{c[key]} {CASSETTE_WORDS[key]}" for key in CASSETTE_COUNTS if c.get(key)]
     if run.verify and run.verify.results:  # verify reads each test's cassette and replays it live
         checked = len(run.verify.results)
         counted.append(f"{checked} verified against the live server (below)")
-    detailed = tr.config.option.verbose > 0 or "server contract" in run.notes
     if not detailed:
         tr.line(f"mode: {run.mode}; cassettes: {', '.join(counted) or 'none used'}; "
                 f"violations: {claimed_violations(report)} (-v for the conformance table)")
     else:
         tr.line(f"mode: {run.mode}; servers: {', '.join(f'{k} ({v} spec)' for k, v in run.servers.items()) or 'none'}")
         tr.line(f"cassettes: {', '.join(counted) or 'none used'}")
+
+
+def _write_notes(tr: Any, run: LayaRun, report: dict[str, Any], detailed: bool) -> None:
+    """The notes by section (informational ones only when detailed), then the conformance table."""
     for section, lines in run.notes.items():  # before the conformance table, which ends the section
         if not detailed and section in INFORMATIONAL_NOTES:
             continue
         tr.line(f"{section}:")
         for line in lines:
             tr.line(f"  {line}")
-    if detailed and report["conformance"]:
+    if not detailed:
+        return
+    if report["conformance"]:
         tr.line("conformance (each server's responses, against each spec):")
-    for row in report["conformance"] if detailed else ():
+    for row in report["conformance"]:
         tr.line(f"  {row['server']:<40} {row['spec']:<8} operations {row['operations_met']}/{row['operations_seen']}, "
                 f"headers {row['headers_met']}/{row['headers_seen']}, "
                 f"{row['violations']} violations in {row['exchanges']} responses")
-    if run.verify:
-        for number, line in enumerate(run.verify.lines()):
-            tr.line(line, red=number > 0)
+
+
+def _write_cassette_advice(tr: Any, c: dict[str, int]) -> None:
+    """What to do about cassettes kept, discarded, broken, unsaved or missing."""
     if c.get("kept"):
         tr.line("a test failed while recording: its old cassette was kept as it was; fix the test and record again")
     if c.get("discarded"):
@@ -163,12 +189,3 @@ def write_terminal_summary(tr: Any, run: LayaRun) -> None:
     if c.get("missing"):
         tr.line(f"{c['missing']} test(s) asked for a cassette that does not exist: record them with --laya-record=missing",
                 red=True)
-    if run.pruned:
-        tr.line(f"pruned {len(run.pruned)} unused cassette(s):", yellow=True)
-        for path in run.pruned:
-            tr.line(f"  {path}")
-        unused = []
-    if unused:
-        tr.line(f"unused cassettes: {len(unused)} (delete them or run the tests that own them)", yellow=True)
-        for path in unused:
-            tr.line(f"  {path}")

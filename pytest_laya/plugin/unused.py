@@ -83,7 +83,7 @@ def note_dropped_items(run: LayaRun, items: list[pytest.Item]) -> None:
     """After collection: mark the run partial when a conftest or plugin dropped collected tests
     without `pytest_deselected` (``items[:] = [...]``, the ``--runslow`` idiom), and note the
     cassette families of parametrised tests (`LayaRun.families`)."""
-    from pytest_laya.plugin.cassette_fixture import cassette_file, cassette_location
+    from pytest_laya.plugin.cassette_fixture import cassette_of
 
     dropped = run.items_seen - len(items) - len(run.deselected)
     if dropped > 0:
@@ -95,7 +95,7 @@ def note_dropped_items(run: LayaRun, items: list[pytest.Item]) -> None:
         if getattr(item, "callspec", None) is None:
             continue
         try:
-            path = cassette_file(*cassette_location(item, run))
+            path = cassette_of(item, run)
         except pytest.UsageError:
             continue
         if "[" in path.name:

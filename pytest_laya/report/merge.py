@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_laya.route.modes import Mode
+from pytest_laya.route.spec_check import LISTED_VIOLATIONS
 
 __all__ = ["ReportError", "merge_reports", "read_report", "violations_of", "LISTED_VIOLATIONS"]
-
-#: The summary section that lists violations that failed no test (plugin.routes writes it).
-LISTED_VIOLATIONS = "spec violations (listed, not failing)"
 #: Selections that deselect tests (each shard's part); anything else leaves tests uncollected.
 BY_DESELECTION = {"-k", "-m", "--deselect"}
 

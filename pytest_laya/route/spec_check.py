@@ -1,0 +1,138 @@
+"""`SpecCheck`: a route's observer, holding each exchange to the spec its server claims.
+
+Which spec: ``--laya-spec`` when given; else, for a replayed server, the spec its cassette was
+recorded under; else the ``Laya-Spec`` header of the response, else the server's ``/health``
+``spec``, else current. Every response is counted in the run's conformance tally; one that
+breaks its spec raises `SpecViolationError` when the run enforces it and the route may fail its
+test, and is listed in the summary otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_laya.wire.spec_name import SpecName
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_laya.cassettes import CassetteHandle
+    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.specs.conformance import Conformance
+    from pytest_laya.wire.exchange import Exchange
+    from pytest_laya.wire.health import Health
+
+__all__ = ["LISTED_VIOLATIONS", "RouteView", "RunTally", "SpecCheck", "answered_by_a_fault"]
+
+#: The summary section listing violations that failed no test (report mode, laya_fake_server).
+LISTED_VIOLATIONS = "spec violations (listed, not failing)"
+
+
+class RunTally(Protocol):
+    """What a route needs of its run (`pytest_laya.plugin.LayaRun`): settings, and the tallies it adds to."""
+
+    api_key: Any
+    conformance_mode: str
+    servers: dict[str, str]
+    progress: Any
+
+    @property
+    def spec_document(self) -> SpecName | None: ...
+
+    def health_of(self, server: Any) -> Health | None: ...
+
+    def tracker(self) -> Conformance: ...
+
+    def note(self, section: str, line: str) -> None: ...
+
+    def server_label(self, server: Any) -> str: ...
+
+
+class RouteView(Protocol):
+    """What the check reads of its route (`pytest_laya.plugin.routes.TestRoute`) and the violations it adds."""
+
+    nodeid: str
+    server: ServerHandle
+    kind: str
+    handle: CassetteHandle | None
+    cassette_path: Path | None
+    enforce: bool
+    fake: Any
+    violations: list[str]
+
+
+def answered_by_a_fault(fake: Any, exchange: Exchange) -> bool:
+    """Whether the fake's answer to `exchange` was a fault the test scripted (its latest call with that body)."""
+    sent = exchange.request_body
+    for call in reversed(fake.calls):
+        if call.content == sent:
+            return bool(call.fault is not None)
+    return False
+
+
+class SpecCheck:
+    """The route's observer: each exchange held to its claimed spec and counted in the run's tally."""
+
+    def __init__(self, run: RunTally, route: RouteView) -> None:
+        self.run = run
+        self.route = route
+        self.label = run.server_label(route.server)
+        #: The spec the first exchange was held to (a recording's provenance names it).
+        self.claimed: str | None = None
+
+    def claim(self, exchange: Exchange) -> tuple[str, str]:
+        """(spec, why) for one exchange."""
+        from pytest_laya.servers.claimed_spec import claimed_spec_of
+
+        server = self.route.server
+        chosen = self.run.spec_document
+        if chosen is not None:
+            return chosen.value, f"--laya-spec {chosen} was given"
+        known = SpecName.document(server.spec)
+        if known is not None:
+            if server.kind == "replay":
+                return known.value, "its cassette was recorded under it"
+            return known.value, f"a {server.kind} server implements it"
+        health = self.run.health_of(server) if server.kind != "replay" else None
+        claim = claimed_spec_of(exchange.headers, health)
+        return claim.name, claim.of("the server")
+
+    def __call__(self, exchange: Exchange) -> None:
+        from pytest_laya.specs.conformance import SPECS
+
+        if self.run.progress is not None:
+            self.run.progress.exchange(exchange)
+        spec, why = self.claim(exchange)
+        self.claimed = self.claimed or spec
+        self.run.servers.setdefault(self.label, spec)
+        if self.route.fake is not None and answered_by_a_fault(self.route.fake, exchange):
+            return  # laya_server.fail(503): the test's own answer, a violation of neither spec
+        path = exchange.path.split("?", 1)[0]
+        if not SPECS[spec]().describes(exchange.method, path, exchange.status):
+            # A route the spec lacks, answered other than its 404 or 405 (a 200 from /metrics).
+            self.run.note("not checked: requests the specs do not describe",
+                          f"{self.label}: {exchange.method} {path} -> {exchange.status}")
+            return
+        violations = self.run.tracker().check(exchange, server=self.label, claimed=spec)
+        if exchange.method == "GET" and path == "/health" and exchange.status == 404:
+            self.run.note("gaps", f"{self.label} has no /health (the current spec lets it; the target requires it)")
+        if violations:
+            self._violated(exchange, spec, why, violations)
+
+    def _violated(self, exchange: Exchange, spec: str, why: str, violations: Any) -> None:
+        from pytest_laya.specs.conformance import SpecViolationError
+
+        route, handle = self.route, self.route.handle
+        replayed = route.kind == "replay" and route.cassette_path is not None
+        enforced = self.run.conformance_mode == "enforce" and route.enforce
+        target = handle.shown_target(exchange.url) if handle is not None else exchange.path.split("?", 1)[0]
+        error = SpecViolationError(exchange, spec, violations, cassette=str(route.cassette_path) if replayed else None,
+                                   claimed_by=why, target=target, enforced=enforced)
+        redact: Callable[[str], str] = handle.redact if handle is not None else str
+        route.violations.append(redact(str(error)))
+        if enforced:
+            raise error
+        summary = violations.summary()
+        for violation in [*violations, *([summary] if summary else [])]:
+            self.run.note(LISTED_VIOLATIONS, redact(f"{route.nodeid}: {self.label} ({spec} spec): "
+                                                    f"{exchange.method} {target} -> {exchange.status}: {violation}"))
