@@ -129,26 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .cores import bound_openmp_spinning
-    from .heap import cap_malloc_arenas, freeze_loaded_objects, keep_freed_heap
-
-    cap_malloc_arenas()  # before any thread exists; see pytest_laya_reference.heap
-    keep_freed_heap()
-    bound_openmp_spinning()  # before torch loads; see pytest_laya_reference.cores
-    parser = _parser()
-    args = parser.parse_args(argv)
-    from .tiny_checkpoint import embedded_checkpoint_dir
-
-    if args.show_checkpoint:
-        print(embedded_checkpoint_dir())
-        return 0
-    missing = missing_modules()
-    if missing:
-        parser.exit(2, f"laya-reference-server: error: the reference server needs the reference extra, and "
-                       f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {INSTALL_EXTRA} "
-                       f"(in a checkout: pip install -e '.[reference]'; on a machine without a GPU, "
-                       f"pip install torch==2.13.0 first)\n")
+def _check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Counts at least 1, timeouts over 0, a window not negative, a port that exists."""
     for name, value in (("--max-concurrent", args.max_concurrent), ("--max-batch", args.max_batch),
                         ("--passes", args.passes), ("--max-body-reads", args.max_body_reads),
                         ("--max-connections", args.max_connections), ("--max-request-tokens", args.max_request_tokens),
@@ -161,15 +143,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{name} must be more than 0 seconds")
     if args.batch_window_ms < 0 or not 0 <= args.port <= 65535:
         parser.error("--batch-window-ms must be >= 0 and --port in 0..65535")
-    try:
-        checkpoints = parse_checkpoints(args.checkpoint) if args.checkpoint else {"tiny": str(embedded_checkpoint_dir())}
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
-    # An empty key (flag or environment) would serve without authentication, silently; a key
-    # with surrounding whitespace could never be sent. Both are refused, and the message never
-    # shows the key.
+
+
+def _api_key(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The key from the flag, else ``LAYA_API_KEY``, checked.
+
+    An empty key (flag or environment) would serve without authentication, silently; a key
+    with surrounding whitespace could never be sent. Both are refused, and the message never
+    shows the key.
+    """
+    api_key: str | None
     if args.api_key is not None:
-        api_key, origin = args.api_key, "--api-key"
+        api_key, origin = str(args.api_key), "--api-key"
     else:
         api_key, origin = os.environ.get("LAYA_API_KEY"), "LAYA_API_KEY"
     if api_key is not None:
@@ -177,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             check_api_key(api_key)
         except ValueError as exc:
             parser.error(f"{origin}: {exc}")
+    return api_key
+
+
+def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerSettings:
+    """The server's settings from the command line (a usage error where they do not fit)."""
+    api_key = _api_key(parser, args)
     try:
         max_connections, note = fit_fd_limit(args.max_connections)
     except (ValueError, OSError) as exc:
@@ -185,18 +176,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"laya-reference-server: note: {note}", file=sys.stderr, flush=True)
     limits = Limits() if args.max_request_tokens is None else Limits(max_request_tokens=args.max_request_tokens)
     try:
-        settings = ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                                  batch_window_ms=args.batch_window_ms, passes=args.passes,
-                                  max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
-                                  max_connections=max_connections, head_timeout_s=args.head_timeout,
-                                  keep_alive_timeout_s=args.keep_alive_timeout, limits=limits,
-                                  max_inflight_tokens=args.max_inflight_tokens,
-                                  jev_strict=args.jev_strict or _env_switch("LAYA_JEV_STRICT"))
+        return ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
+                              batch_window_ms=args.batch_window_ms, passes=args.passes,
+                              max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
+                              max_connections=max_connections, head_timeout_s=args.head_timeout,
+                              keep_alive_timeout_s=args.keep_alive_timeout, limits=limits,
+                              max_inflight_tokens=args.max_inflight_tokens,
+                              jev_strict=args.jev_strict or _env_switch("LAYA_JEV_STRICT"))
     except ValueError as exc:
         parser.error(str(exc).replace("max_inflight_tokens", "--max-inflight-tokens"))
 
+
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace, checkpoints: dict[str, str],
+           settings: ServerSettings) -> int:
+    """Listen, load in the background, serve until stopped; 1 when loading failed."""
     from .app import create_app
     from .engine import LayaEngine
+    from .heap import freeze_loaded_objects
     from .serving import HardenedServer, listen_tcp, uvicorn_config
 
     try:
@@ -228,6 +224,34 @@ def main(argv: list[str] | None = None) -> int:
     server = HardenedServer(uvicorn_config(app, settings), settings)
     server.run(sockets=[sock])
     return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cores import bound_openmp_spinning
+    from .heap import cap_malloc_arenas, keep_freed_heap
+
+    cap_malloc_arenas()  # before any thread exists; see pytest_laya_reference.heap
+    keep_freed_heap()
+    bound_openmp_spinning()  # before torch loads; see pytest_laya_reference.cores
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from .tiny_checkpoint import embedded_checkpoint_dir
+
+    if args.show_checkpoint:
+        print(embedded_checkpoint_dir())
+        return 0
+    missing = missing_modules()
+    if missing:
+        parser.exit(2, f"laya-reference-server: error: the reference server needs the reference extra, and "
+                       f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: {INSTALL_EXTRA} "
+                       f"(in a checkout: pip install -e '.[reference]'; on a machine without a GPU, "
+                       f"pip install torch==2.13.0 first)\n")
+    _check_numbers(parser, args)
+    try:
+        checkpoints = parse_checkpoints(args.checkpoint) if args.checkpoint else {"tiny": str(embedded_checkpoint_dir())}
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    return _serve(parser, args, checkpoints, _settings(parser, args))
 
 
 if __name__ == "__main__":

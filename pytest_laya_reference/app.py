@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -111,7 +111,7 @@ class _Admission:
         self.what = what
 
     @asynccontextmanager
-    async def slot(self, weight: int = 1):
+    async def slot(self, weight: int = 1) -> AsyncIterator[None]:
         """Hold `weight` of the limit (1: one holder; a token count for the token budget)."""
         if self.in_flight + weight > self.limit:
             raise Problem("overloaded", f"{self.in_flight} {self.what}; retry after {self.retry_after_s} s",
@@ -240,13 +240,15 @@ class _Server:
             await asyncio.sleep(0)  # one loop turn: receive() finishes now if the server holds the body
             if first.done() and take(first.result()):
                 return b"".join(chunks)
+            async def the_rest() -> None:
+                done = take(await first) if not first.done() else False
+                while not done:
+                    done = take(await receive())
+
             async with self.body_reads.slot():
                 try:
-                    async with asyncio.timeout(self.settings.body_timeout_s):
-                        done = take(await first) if not first.done() else False
-                        while not done:
-                            done = take(await receive())
-                except TimeoutError:
+                    await asyncio.wait_for(the_rest(), self.settings.body_timeout_s)
+                except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
                     # A client this slow would drip into the next request too: the connection
                     # ends with the 408. (Other refusals leave it open: uvicorn discards the
                     # rest of the body while the head timeout runs, and the client reads the
@@ -344,6 +346,59 @@ def _engine_problem(exc: BaseException, requests: list[DecisionRequest]) -> Prob
     return Problem("inference_failed", "inference failed; the cause is in the server log")
 
 
+def _decision_payload(identity: ModelIdentity, model: str, body: dict[str, Any], timed: list[Timed], *,
+                      batch: bool) -> dict[str, Any]:
+    """The 200 body of a decision (one result) or of the batch route (one result per state)."""
+    if batch:
+        # `model` in each result, as laya-serve has it, so today's clients read batches too.
+        results = [{"model": identity.checkpoint, "answers": t.result.answers, "usage": t.result.usage}
+                   for t in timed]
+        return {
+            "model": identity.checkpoint,
+            "results": results,
+            "total_usage": {
+                "input_tokens": sum(t.result.usage.get("input_tokens", 0) for t in timed),
+                "output_tokens": sum(t.result.usage.get("output_tokens", 0) for t in timed),
+            },
+            "served_by": identity.to_json(),
+        }
+    routing = {"model": model, "repo": identity.checkpoint,
+               "reason": "explicit model" if body.get("model") else "default model",
+               "detection": None, "workflow": None}
+    result = timed[0].result
+    return {"model": identity.checkpoint, "answers": result.answers, "usage": result.usage,
+            "routing": routing, "served_by": identity.to_json()}
+
+
+_PATHS = ("/v1/systemone", "/v1/systemone/batch", "/health", "/livez", "/readyz")
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    path = request.url.path
+    if path != "/" and path.rstrip("/") in _PATHS:
+        detail = f"paths take no trailing slash: use {path.rstrip('/')}"
+    else:
+        detail = "no such path; this server serves " + ", ".join(_PATHS)
+    return _problem_response(Problem("not_found", detail), request)
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
+    problem = Problem("method_not_allowed", f"{request.url.path} takes {allow}")
+    response = _problem_response(problem, request)
+    response.headers["Allow"] = allow
+    return response
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    if status == 405:
+        return await _method_not_allowed(request, exc)
+    if status == 404:
+        return await _not_found(request, exc)
+    raise exc
+
+
 def create_app(
     engine: Engine,
     settings: ServerSettings | None = None,
@@ -372,27 +427,7 @@ def create_app(
                     timed = await asyncio.gather(*(batcher.submit(model, r) for r in requests))
                 except Exception as exc:  # noqa: BLE001 - mapped to the documented problems
                     raise _engine_problem(exc, requests) from exc
-        identity = server.identity(model)
-        routing = {"model": model, "repo": identity.checkpoint,
-                   "reason": "explicit model" if body.get("model") else "default model",
-                   "detection": None, "workflow": None}
-        if batch:
-            # `model` in each result, as laya-serve has it, so today's clients read batches too.
-            results = [{"model": identity.checkpoint, "answers": t.result.answers, "usage": t.result.usage}
-                       for t in timed]
-            payload: dict[str, Any] = {
-                "model": identity.checkpoint,
-                "results": results,
-                "total_usage": {
-                    "input_tokens": sum(t.result.usage.get("input_tokens", 0) for t in timed),
-                    "output_tokens": sum(t.result.usage.get("output_tokens", 0) for t in timed),
-                },
-                "served_by": identity.to_json(),
-            }
-        else:
-            result = timed[0].result
-            payload = {"model": identity.checkpoint, "answers": result.answers, "usage": result.usage,
-                       "routing": routing, "served_by": identity.to_json()}
+        payload = _decision_payload(server.identity(model), model, body, list(timed), batch=batch)
         if server.settings.jev_strict:
             payload = jev_strict_payload(payload, batch=batch, latency_ms=(time.perf_counter() - started) * 1000.0)
         return JSONResponse(payload, headers={"Server-Timing": _timing(list(timed))})
@@ -416,7 +451,7 @@ def create_app(
         return await health(request)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         loader = server.load_in_background(loop)
         server.batcher = MicroBatcher(engine, max_batch=server.settings.max_batch,
@@ -429,31 +464,6 @@ def create_app(
             await asyncio.to_thread(loader.join, 30)
             engine.close()
 
-    paths = ("/v1/systemone", "/v1/systemone/batch", "/health", "/livez", "/readyz")
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        path = request.url.path
-        if path != "/" and path.rstrip("/") in paths:
-            detail = f"paths take no trailing slash: use {path.rstrip('/')}"
-        else:
-            detail = "no such path; this server serves " + ", ".join(paths)
-        return _problem_response(Problem("not_found", detail), request)
-
-    async def method_not_allowed(request: Request, exc: Exception) -> Response:
-        allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
-        problem = Problem("method_not_allowed", f"{request.url.path} takes {allow}")
-        response = _problem_response(problem, request)
-        response.headers["Allow"] = allow
-        return response
-
-    async def http_exception(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 500)
-        if status == 405:
-            return await method_not_allowed(request, exc)
-        if status == 404:
-            return await not_found(request, exc)
-        raise exc
-
     routes = [
         Route("/v1/systemone", _endpoint(systemone), methods=["POST"]),
         Route("/v1/systemone/batch", _endpoint(systemone_batch), methods=["POST"]),
@@ -463,7 +473,7 @@ def create_app(
     ]
     # No redirect for a trailing slash: Starlette's 307 echoed the client's Host header in its
     # Location. Every path answers itself, or a problem+json 404 / 405 like every other error.
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_exception})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.router.redirect_slashes = False
     app.add_middleware(_ContextMiddleware)
     app.state.server = server

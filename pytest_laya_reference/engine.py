@@ -101,7 +101,7 @@ class DecisionRequest:
 
 @dataclass(frozen=True)
 class DecisionResult:
-    answers: dict[str, dict]   # laya-serve's per-question answers, in question order
+    answers: dict[str, dict[str, Any]]   # laya-serve's per-question answers, in question order
     usage: dict[str, Any]      # laya's usage dict
 
 
@@ -195,7 +195,7 @@ def _router_key(name: str) -> str:
     """
     from laya.router import canonical_name  # numpy only, no torch
 
-    key = canonical_name(name)
+    key = str(canonical_name(name))
     if not _NAME_RE.match(key) or key == "auto":
         raise ValueError("invalid checkpoint name %r: use letters, digits, '.', '_' or '-', starting "
                          "with a letter or digit ('auto' is reserved)" % (name,))
@@ -453,7 +453,7 @@ class LayaEngine:
         if self._jev:
             from laya.confidence import jev_confidence
 
-            out: dict[str, dict] = {}
+            out: dict[str, dict[str, Any]] = {}
             for qid, answer in answers.items():
                 conf = jev_confidence(answer) if isinstance(answer, dict) else None
                 out[qid] = answer if conf is None else {**answer, "x_jev_confidence": round(conf, 4)}

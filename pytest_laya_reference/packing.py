@@ -35,7 +35,7 @@ PASS_TOKENS = 2048
 @dataclass
 class EncodedRequest:
     ids: list[str]                   # question ids, in request order
-    internal: dict[str, dict]        # laya's normalised question definitions
+    internal: dict[str, dict[str, Any]]  # laya's normalised question definitions
     items: list[dict[str, Any]]      # laya's encoded rows, one per question
 
 
@@ -46,7 +46,6 @@ def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any],
     """
     from laya.common import _reuse_question_tokens
 
-    @_reuse_question_tokens  # laya's per-call cache: a question's head is tokenized once a batch
     def encode_all() -> list[EncodedRequest]:
         out = []
         for state, questions, overrides in requests:
@@ -60,7 +59,9 @@ def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any],
             out.append(EncodedRequest(ids, internal, items))
         return out
 
-    return encode_all()
+    # laya's per-call cache: a question's head is tokenized once a batch
+    encoded: list[EncodedRequest] = _reuse_question_tokens(encode_all)()
+    return encoded
 
 
 def plan_passes(lengths: Sequence[int], pass_tokens: int = PASS_TOKENS, lanes: int = 1) -> list[list[int]]:
@@ -111,7 +112,8 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
     def forward(indices: list[int]) -> tuple[Any, Any]:
         batch = collate_items([[encoded[rows[i][0]].items[rows[i][1]] for i in indices]], agent.tok.pad_token_id)
         with torch.no_grad():  # grad mode is per thread; predict_batch runs under no_grad too
-            return agent._forward(batch)
+            logits_and_act: tuple[Any, Any] = agent._forward(batch)
+            return logits_and_act
 
     logits_of: dict[int, Any] = {}
     act_of: dict[int, Any] = {}

@@ -181,6 +181,21 @@ class ConnectionGuard:
         return closed
 
 
+def _unread_bytes(transport: Any) -> bool:
+    """Whether the kernel holds bytes from the client that the loop has not read yet."""
+    if fcntl is None or transport is None or transport.is_closing():
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    pending = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending, True)
+    except OSError:
+        return False
+    return pending[0] > 0
+
+
 @functools.cache
 def _h11_protocol_class() -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -216,17 +231,7 @@ def _h11_protocol_class() -> type:
 
         def has_unread_bytes(self) -> bool:
             """Whether the kernel holds bytes from the client that the loop has not read yet."""
-            if fcntl is None or self.transport is None or self.transport.is_closing():
-                return False
-            sock = self.transport.get_extra_info("socket")
-            if sock is None:
-                return False
-            pending = array.array("i", [0])
-            try:
-                fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending, True)
-            except OSError:
-                return False
-            return pending[0] > 0
+            return _unread_bytes(self.transport)
 
         def _track(self) -> None:
             if self._released or self.transport.is_closing():
@@ -271,7 +276,7 @@ class _Acceptor:
         self._failing_since = 0.0
         self._last_failure = 0.0
         self._last_logged = 0.0
-        self._connecting: set[asyncio.Task] = set()
+        self._connecting: set[asyncio.Task[None]] = set()
         self._batch = max(1, min(ACCEPT_BATCH, guard.max_connections // 8))
 
     def start(self) -> None:

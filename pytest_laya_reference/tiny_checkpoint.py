@@ -27,6 +27,7 @@ import pathlib
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 #: Seed of the one generator every weight is drawn from.
 SEED = 20261202
@@ -155,7 +156,7 @@ def corpus() -> list[str]:
 
 # ------------------------------------------------------------------------------------ build
 
-def _build_tokenizer():
+def _build_tokenizer() -> Any:
     """A fast byte-level BPE tokenizer, wrapped for transformers."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -177,14 +178,15 @@ def _build_tokenizer():
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
-    return PreTrainedTokenizerFast(
+    fast: Any = PreTrainedTokenizerFast  # untyped in transformers
+    return fast(
         tokenizer_object=tok,
         pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
         mask_token="[MASK]", model_max_length=MAX_LEN,
     )
 
 
-def _encoder_config(tok):
+def _encoder_config(tok: Any) -> Any:
     from transformers import ModernBertConfig
 
     return ModernBertConfig(
@@ -202,7 +204,7 @@ def _encoder_config(tok):
     )
 
 
-def _redraw_parameters(model) -> None:
+def _redraw_parameters(model: Any) -> None:
     """Overwrite every tensor of the state dict from one seeded generator, in state-dict order.
 
     Matrices ~ N(0, MATRIX_STD^2), biases 0, normalisation weights 1, the temperature buffer 1,
