@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pytest_laya.wire.headers import SPEC_HEADER, child_traceparent, is_valid_request_id, new_request_id
+from pytest_laya.wire.headers import SPEC_HEADER, answered_request_id, child_traceparent
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import Problem
 from pytest_laya.wire.requests import check_media_type, parse_json_object, requested_tokens
@@ -65,7 +65,7 @@ class _RequestContext:
                 supplied = value.decode("latin-1")
             elif name == "traceparent":
                 traceparents.append(value.decode("latin-1"))
-        self.request_id = supplied if is_valid_request_id(supplied) else new_request_id()
+        self.request_id = answered_request_id(supplied)
         # Continue the caller's trace with a span of our own; an invalid header starts none.
         self.traceparent = child_traceparent(traceparents)
 

@@ -44,12 +44,7 @@ from pytest_laya.fake.scoring import (
 )
 from pytest_laya.faults import ReceivedRequest
 from pytest_laya.wire.calls import Call, Calls
-from pytest_laya.wire.headers import (
-    REQUEST_ID_HEADER,
-    child_traceparent,
-    is_valid_request_id,
-    new_request_id,
-)
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, answered_request_id, child_traceparent
 from pytest_laya.wire.json_text import canonical_json
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import Problem
@@ -363,7 +358,7 @@ class FakeLaya:
         detail = f"pytest-laya's fake could not give a pinned answer (the test's pin is wrong): {error.summary}"
         if self.flavor != TARGET:
             return 422, {"Content-Type": JSON_MEDIA_TYPE}, {"detail": detail}
-        rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
+        rid = answered_request_id(request_id)
         item = {"pointer": question_pointer(error.question) if error.question else "/questions", "detail": error.summary}
         if error.question:
             item["question"] = error.question

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from pytest_laya.faults import ReceivedRequest
-from pytest_laya.wire.headers import REQUEST_ID_HEADER, SPEC_HEADER, is_valid_request_id, new_request_id
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, SPEC_HEADER, answered_request_id
 from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
@@ -154,7 +154,7 @@ class _TargetFlavour:
     def request(self, laya: Answerer, body: Any, *, batch: bool, request_id: str | None,
                 parsed: bool = False) -> Exchange:
         """Answer a parsed body; `parsed` says `parse_json_object` already checked its text."""
-        rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
+        rid = answered_request_id(request_id)
         try:
             if not isinstance(body, Mapping):
                 raise Problem("malformed_request", "request body must be a JSON object")
@@ -194,7 +194,7 @@ class _TargetFlavour:
     def refusal(self, laya: Answerer, status: int, *, detail: str | None, extra: dict[str, str],
                 request_id: str | None, first: Any, code: str | None = None) -> Exchange:
         extra = {**extra, SPEC_HEADER: TARGET}
-        rid = request_id if request_id and is_valid_request_id(request_id) else new_request_id()
+        rid = answered_request_id(request_id)
         if code is not None:
             return self.problem(Problem(code, detail or f"scripted by the test ({code})"), rid, extra)
         code = _SCRIPTED_CODE.get(status)
@@ -217,8 +217,7 @@ class _TargetFlavour:
         return status, {**headers, SPEC_HEADER: TARGET}, body
 
     def _route(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
-        supplied = request.header(REQUEST_ID_HEADER) or ""
-        rid = supplied if is_valid_request_id(supplied) else new_request_id()
+        rid = answered_request_id(request.header(REQUEST_ID_HEADER))
         path = request.path.split("?", 1)[0]
         routes = {DECIDE_PATH: "POST", BATCH_PATH: "POST", HEALTH_PATH: "GET", LIVEZ_PATH: "GET", READYZ_PATH: "GET"}
         if path not in routes:

@@ -24,11 +24,7 @@ from pytest_laya.faults import (
     Truncate,
 )
 from pytest_laya.wire.calls import Calls
-from pytest_laya.wire.headers import (
-    REQUEST_ID_HEADER,
-    is_valid_request_id,
-    new_request_id,
-)
+from pytest_laya.wire.headers import REQUEST_ID_HEADER, answered_request_id
 from pytest_laya.wire.routes import JSON_MEDIA_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -294,8 +290,7 @@ class FakeLayaServer:
         return Respond(status, body, headers={**headers, "Server": _SERVER})
 
     def _request_id(self, request: ReceivedRequest) -> str:
-        supplied = request.header(REQUEST_ID_HEADER) or ""
-        return supplied if is_valid_request_id(supplied) else new_request_id()
+        return answered_request_id(request.header(REQUEST_ID_HEADER))
 
     def _recorded(self, action: Action, fault: str) -> Any:
         def record(request: ReceivedRequest) -> Action:

@@ -24,6 +24,7 @@ __all__ = [
     "child_traceparent",
     "new_request_id",
     "is_valid_request_id",
+    "answered_request_id",
     "parse_server_timing",
     "parse_retry_after",
     "header_value",
@@ -51,6 +52,12 @@ def new_request_id() -> str:
 
 def is_valid_request_id(value: str) -> bool:
     return bool(_REQUEST_ID.fullmatch(value))
+
+
+def answered_request_id(supplied: str | None) -> str:
+    """The request id a server answers with: the caller's `X-Request-Id` when it is a valid one,
+    else a fresh one."""
+    return supplied if supplied and is_valid_request_id(supplied) else new_request_id()
 
 
 def parse_server_timing(value: str | None) -> dict[str, float]:
