@@ -291,14 +291,17 @@ def provenance_of(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return _copied(value, {}) if isinstance(value, dict) else None
 
 
-def fresh_interactions(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+def fresh_interactions(data: Mapping[str, Any], request_class: Any = None) -> tuple[list[Any], list[dict[str, Any]]]:
     """vcrpy's (requests, responses) of parsed, checked cassette data, as vcrpy's own deserializer
-    builds them (bodies as bytes), without touching `data`: the objects are the caller's to change."""
-    from vcr.request import Request
+    builds them (bodies as bytes), without touching `data`: the objects are the caller's to change.
+    `request_class` builds the requests (vcrpy's ``Request`` by default; the kit's own replay
+    passes `pytest_laya.intercept.request.Request`, which needs no vcrpy)."""
+    if request_class is None:
+        from vcr.request import Request as request_class
 
     requests, responses = [], []
     for interaction in data["interactions"]:
-        requests.append(Request(**interaction["request"]))
+        requests.append(request_class(**interaction["request"]))
         response = _fresh_response(interaction["response"])
         body = response.get("body")
         if isinstance(body, dict) and isinstance(body.get("string"), str):

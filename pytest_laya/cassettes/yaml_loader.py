@@ -39,14 +39,51 @@ class _NotPlain(Exception):
     """A mapping the direct build does not reproduce (a merge or an unhashable key)."""
 
 
+def _python_str(loader: Any, node: Any) -> Any:
+    return loader.construct_scalar(node)
+
+
+def _python_tuple(loader: Any, node: Any) -> Any:
+    return tuple(loader.construct_sequence(node))
+
+
+def _bytesio(loader: Any, node: Any) -> Any:
+    import io
+
+    mapping = loader.construct_mapping(node, deep=True)
+    state = mapping.get("state") or (b"",)
+    data = state[0] if state else b""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return io.BytesIO(data or b"")
+
+
+def _iterator(loader: Any, node: Any) -> Any:
+    mapping = loader.construct_mapping(node, deep=True)
+    args = mapping.get("args") or ([],)
+    return iter(args[0] if args else [])
+
+
+@functools.cache
+def _vcrpy_loader() -> Any:
+    """vcrpy's safe cassette loader (``vcr.serializers.yamlserializer._CassetteLoader``), built here so
+    that replay imports no vcrpy: libyaml's safe loader, plus the few benign Python tags vcrpy's
+    cassettes hold (str, unicode, tuple, a BytesIO body, an iterator body), nothing else."""
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class VcrpyCassetteLoader(base):  # type: ignore[misc,valid-type]
+        pass
+
+    for tag, construct in (("python/str", _python_str), ("python/unicode", _python_str),
+                           ("python/tuple", _python_tuple), ("python/object/new:_io.BytesIO", _bytesio),
+                           ("python/object/apply:builtins.iter", _iterator)):
+        VcrpyCassetteLoader.add_constructor(f"tag:yaml.org,2002:{tag}", construct)
+    return VcrpyCassetteLoader
+
+
 @functools.cache
 def _loader_class() -> Any:
-    try:
-        from vcr.serializers import yamlserializer
-
-        base: Any = yamlserializer._CassetteLoader
-    except (ImportError, AttributeError):  # pragma: no cover - another vcrpy: PyYAML's safe loader
-        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    base: Any = _vcrpy_loader()
     tags: dict[str, str] = {}
 
     class CassetteLoader(base):

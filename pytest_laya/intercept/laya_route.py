@@ -121,7 +121,10 @@ class LayaRoute:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.cassette = cassette
         self.kind = kind
+        urls = list(urls)
         self.hosts = frozenset(host_of(url) for url in urls)
+        #: Whether every URL of the route is plain http (the kit's own transports answer those).
+        self.plain_http = all(urlsplit(url).scheme == "http" for url in urls)
         self.catch_all = catch_all
         self.observer = observer
         self.redact = redact

@@ -123,6 +123,11 @@ class _OuterCassette:
 
 _NETWORK = _Network()
 
+#: Client libraries vcrpy patches and the kit's own transports do not: once one is loaded (or
+#: vcrpy, which loads them), requests are routed through vcrpy's patches.
+_ONLY_VCRPY_PATCHES = ("vcr", "aiohttp", "tornado", "httplib2", "botocore", "boto3", "httpx2", "httpx_curl_cffi",
+                       "pyreqwest")
+
 #: The httpx transport whose handler is running (set around vcrpy's httpx stubs), and whether
 #: that handler is a mock library's rather than httpx's own.
 _TRANSPORT: contextvars.ContextVar[Any] = contextvars.ContextVar("pytest_laya_transport", default=None)
@@ -189,6 +194,9 @@ class Switchboard:
         self._blocked = _Blocked(_path_only, [])
         self._mocked = _Mocked(None)
         self._last: tuple[Any, Route] | None = None
+        #: Whether requests are routed by the kit's own transports (`intercept.native`) rather than
+        #: vcrpy's patches: while every route answers from the kit's replay cassette (`_native_ok`).
+        self.native = False
 
     # -- activation
 
@@ -219,11 +227,16 @@ class Switchboard:
         self._blocked = _Blocked(shown or _path_only, refused if refused is not None else [])
         self._mocked = _Mocked(mocked) if mocked is not None or outermost else self._mocked
         entered: list[Any] = []
+        was_native = self.native
         try:
-            if outermost:
-                for patcher in self._built():
-                    patcher.__enter__()
-                    entered.append(patcher)
+            if outermost or was_native:
+                self.native = self._native_ok()
+                if self.native:
+                    from pytest_laya.intercept import native
+
+                    native.install(self)
+                else:
+                    self._enter_patches(entered)
             yield self
         finally:
             (self.laya, self.outer, self.block_network, self.allowed_hosts, self.ignored_hosts,
@@ -233,8 +246,42 @@ class Switchboard:
             try:
                 _undo(entered)
             finally:
+                self.native = was_native and not outermost
                 with self._lock:
                     self._depth -= 1
+
+    def _enter_patches(self, entered: list[Any]) -> None:
+        for patcher in self._built():
+            patcher.__enter__()
+            entered.append(patcher)
+
+    def _native_ok(self) -> bool:
+        """Whether the kit's own transports can route this activation as vcrpy's patches would: every
+        Laya route answers from the kit's replay cassette over plain http, nothing needs vcrpy (no
+        pytest-recording cassette, no blocked network, no client library only vcrpy patches), and
+        httpx's handlers are the kit's or httpx's own (not a mock library's, patched over them)."""
+        if self.outer is not None or self.block_network:
+            return False
+        if not all(getattr(getattr(route, "cassette", None), "laya_native", False) and getattr(route, "plain_http", False)
+                   for route in self.laya):
+            return False
+        if any(name in sys.modules for name in _ONLY_VCRPY_PATCHES):
+            return False
+        import httpx
+
+        from pytest_laya.intercept import native
+
+        return all(native.ours(cls, name) or getattr(cls.__dict__.get(name), "__module__", "").split(".")[0] == "httpx"
+                   for cls, name in ((httpx.HTTPTransport, "handle_request"),
+                                     (httpx.AsyncHTTPTransport, "handle_async_request"),
+                                     (httpx.MockTransport, "handle_request"),
+                                     (httpx.MockTransport, "handle_async_request")))
+
+    def claims_host(self, host: str) -> bool:
+        """Whether a Laya route claims requests to `host` (``host:port``) whatever they ask."""
+        if host in self.ignored_hosts:
+            return False
+        return any(route.catch_all or host in route.hosts for route in self.laya)
 
     def _built(self) -> list[Any]:
         if self._patchers is None:

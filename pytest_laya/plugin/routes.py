@@ -151,6 +151,7 @@ class TestRoute:
 
     def _open_handle(self, request: pytest.FixtureRequest, run: LayaRun, config: CassetteConfig) -> CassetteHandle:
         from pytest_laya.cassettes import laya_vcr
+        from pytest_laya.cassettes.replay import native_config, open_replay
 
         if self.kind == "verify":
             assert self.cassette_path is not None
@@ -162,6 +163,9 @@ class TestRoute:
         assert self.cassette_path is not None
         strict = bool(marker_options(request.node).get("strict", run.strict)) and self.kind == "replay"
         try:
+            if self.kind == "replay" and native_config(config):  # the kit's own replay: no vcrpy
+                return open_replay(self.cassette_path, api_key=run.api_key, strict=strict,
+                                   record_hint=_record_hint(run.url), config=config)
             handle: CassetteHandle = laya_vcr(record=self.kind == "record", cassette_dir=None, api_key=run.api_key,
                                               strict=strict, record_hint=_record_hint(run.url),
                                               config=config).open(self.cassette_path)

@@ -1,0 +1,303 @@
+"""The kit's own replay cassette: a file parsed, scrubbed and indexed once, played without vcrpy.
+
+`open_replay` gives a test's `CassetteHandle` over a `ReplayCassette`. The file's interactions go
+through the same steps vcrpy's load takes with the kit's filters (request ids out of bodies, the
+ignored hosts, the scrubber), then are indexed by `matching.match_key`; the result is cached by
+the file's identity (path, inode, size, mtime) and the scrubbing configuration, so a file read
+again costs a stat. Each test gets its own play counts over the shared, read-only interactions.
+
+The cassette answers the switchboard's questions for any request with vcrpy's attributes (the
+kit's `intercept.request.Request` or vcrpy's own), with the very rules and messages of the vcrpy
+cassette in `_vcr` (`miss_error`, `already_played_error`, `unplayed_of` are shared by both).
+A configuration with hooks of the project's (``before_record_request``/``response``, a callable
+replacement) is not cached and not served here: those hooks are handed vcrpy's objects.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pytest_laya.cassettes.config import CassetteConfig
+from pytest_laya.cassettes.disk import REPAIR
+from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
+from pytest_laya.cassettes.handle import CassetteHandle
+from pytest_laya.cassettes.matching import (
+    SHOW_DIFFS,
+    body_bytes,
+    body_differences,
+    body_summary,
+    describe,
+    match_key,
+    request_body,
+)
+from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
+from pytest_laya.cassettes.persist import Persister, fresh_interactions, read_cassette
+from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
+
+__all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
+
+Interaction = tuple[Any, dict[str, Any]]
+
+
+def native_config(config: CassetteConfig) -> bool:
+    """Whether the kit's own replay serves `config`: no hook of the project's to hand vcrpy objects to."""
+    if config.before_record_request is not None or config.before_record_response is not None:
+        return False
+    pairs = (*config.filter_headers, *config.filter_query_parameters, *config.filter_post_data_parameters)
+    return not any(callable(replacement) for _, replacement in pairs)
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """One file's interactions, scrubbed and indexed (shared by every test that plays it: read-only)."""
+
+    data: dict[str, Any]
+    interactions: tuple[Interaction, ...]
+    index: dict[tuple[Any, ...], list[int]]
+    learned: tuple[str, ...]  # secrets the scrubber learned from the file (for error messages)
+
+
+_CACHE: collections.OrderedDict[tuple[Any, ...], _Loaded] = collections.OrderedDict()
+_CACHE_MAX = 32
+_CACHE_LOCK = threading.Lock()
+
+
+def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber) -> Any:
+    """vcrpy's filter of a request with the kit's filters: a copy, None for an ignored host, scrubbed."""
+    from pytest_laya.intercept.request import Request
+
+    copied = request.copy() if isinstance(request, Request) else Request(
+        request.method, request.uri, request.body, list(request.headers.items()))
+    if copied.host in ignored:
+        return None
+    return scrubber.request(copied)
+
+
+def _load(path: Path, data: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded:
+    from pytest_laya.intercept.request import Request
+
+    scrubber = Scrubber(api_key, learn=True, config=config)
+    known = set(scrubber._secrets)
+    try:
+        requests, responses = fresh_interactions(data, Request)
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+        raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}", path=path) from None
+    ignored = frozenset(config.ignore_hosts)
+    interactions: list[Interaction] = []
+    for request, response in zip(requests, responses):
+        response = without_request_ids(response, request)
+        filtered = _filtered(request, ignored, scrubber)
+        if not filtered:
+            continue
+        response = scrubber.response(response)
+        if response is None:  # pragma: no cover - only a project's hook drops one, and hooks are not served here
+            continue
+        interactions.append((filtered, response))
+    index: dict[tuple[Any, ...], list[int]] = {}
+    for i, (request, _) in enumerate(interactions):
+        index.setdefault(match_key(request), []).append(i)
+    return _Loaded(data, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)))
+
+
+def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded | None:
+    """The file's interactions, from the cache while the file is unchanged; None if there is no file."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        info = None  # read_cassette says what is wrong
+    key = None if info is None else (str(path), info.st_ino, info.st_size, info.st_mtime_ns, api_key, config)
+    if key is not None:
+        with _CACHE_LOCK:
+            cached = _CACHE.get(key)
+            if cached is not None:
+                _CACHE.move_to_end(key)
+                return cached
+    data = read_cassette(path)
+    if data is None:
+        return None
+    loaded = _load(path, data, api_key, config)
+    if key is not None:
+        with _CACHE_LOCK:
+            _CACHE[key] = loaded
+            while len(_CACHE) > _CACHE_MAX:
+                _CACHE.popitem(last=False)
+    return loaded
+
+
+def open_replay(path: str | os.PathLike[str], *, api_key: str | None, strict: bool, record_hint: str,
+                config: CassetteConfig | None = None) -> CassetteHandle:
+    """One test's cassette for replay (``.yaml`` added if missing), played by the kit, no vcrpy.
+
+    `config` must be one `native_config` accepts (the plugin opens others with `_vcr`).
+    """
+    config = config or CassetteConfig()
+    full = Path(path if str(path).endswith(CASSETTE_SUFFIX) else f"{os.fspath(path)}{CASSETTE_SUFFIX}")
+    scrubber = Scrubber(api_key, learn=True, config=config)
+    try:
+        hash(config)
+    except TypeError:  # a replacement that cannot be a key: load it afresh
+        loaded = None if (data := read_cassette(full)) is None else _load(full, data, api_key, config)
+    else:
+        loaded = _loaded(full, api_key, config)
+    persister = Persister(record=False, deferred=True)
+    if loaded is not None:
+        persister.loaded = loaded.data
+        for secret in loaded.learned:
+            scrubber.keep_secret(secret)
+    cassette = ReplayCassette(full, loaded, scrubber, frozenset(config.ignore_hosts), record_hint)
+    return CassetteHandle(path=full, record=False, strict=strict, cassette=cassette, persister=persister,
+                          provenance=None, api_key=api_key, scrubber=scrubber)
+
+
+class ReplayCassette:
+    """A test's replay of one cassette file: the shared interactions, this test's play counts."""
+
+    #: Read by the switchboard: requests to this cassette's route may be answered by the kit's own transports.
+    laya_native = True
+    record_mode = "none"
+
+    def __init__(self, path: Path, loaded: _Loaded | None, scrubber: Scrubber, ignored: frozenset[str],
+                 record_hint: str) -> None:
+        self._laya_path = path
+        self._path = str(path)
+        self._loaded = loaded
+        self._scrubber = scrubber
+        self._ignored = ignored
+        self.record_hint = record_hint
+        self.rewound = loaded is not None
+        self.data: Sequence[Interaction] = loaded.interactions if loaded is not None else ()
+        self._index = loaded.index if loaded is not None else {}
+        self.play_counts = [0] * len(self.data)
+        self._lock = threading.RLock()
+        # The switchboard asks about a request and then plays it: filter (copy + scrub) it once.
+        self._last: tuple[Any, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def filter_request(self, request: Any) -> Any:
+        return _filtered(request, self._ignored, self._scrubber)
+
+    def _filtered(self, request: Any) -> Any:
+        last = self._last
+        if last is not None and last[0] is request:
+            return last[1]
+        filtered = self.filter_request(request)
+        self._last = (request, filtered)
+        return filtered
+
+    def _matches(self, filtered: Any) -> list[int]:
+        return self._index.get(match_key(filtered), [])
+
+    def laya_has_match(self, request: Any) -> bool:
+        """Whether any recorded interaction matches `request` (played or not)."""
+        with self._lock:
+            return bool(self.rewound and self._matches(self._filtered(request)))
+
+    def can_play_response_for(self, request: Any) -> bool:
+        with self._lock:
+            filtered = self._filtered(request)
+            if not self.rewound:
+                raise CassetteMissing(
+                    f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
+                    f"the test asked for {describe(filtered)}", path=self._laya_path)
+            matches = self._matches(filtered)
+            if not matches:
+                raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
+            if all(self.play_counts[i] for i in matches):
+                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
+                                           self.record_hint)
+            return True
+
+    def play_response(self, request: Any) -> Any:
+        with self._lock:
+            filtered = self._filtered(request)
+            self._last = None
+            matches = self._matches(filtered)
+            index = next((i for i in matches if not self.play_counts[i]), None)
+            if index is None:  # another thread played the last match between the check and the play
+                if not matches:
+                    raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
+                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
+                                           self.record_hint)
+            self.play_counts[index] += 1
+            response = self.data[index][1]
+        return echo_ids(response, request)
+
+    def laya_rewind(self, request: Any) -> None:
+        """Make the interactions `request` matches playable again."""
+        with self._lock:
+            for index in self._matches(self._filtered(request)):
+                self.play_counts[index] = 0
+
+    def append(self, request: Any, response: Any) -> None:
+        raise CassetteError(f"a replayed cassette records nothing ({self._laya_path})", path=self._laya_path)
+
+    def laya_unplayed(self) -> list[Unplayed]:
+        with self._lock:
+            return unplayed_of(self.data, self.play_counts)
+
+
+def unplayed_of(data: Sequence[Interaction], play_counts: Any) -> list[Unplayed]:
+    """The recorded interactions never played, as `Unplayed`."""
+    return [Unplayed(r.method, urlsplit(r.uri).path or "/", body_summary(body_bytes(r.body)))
+            for i, (r, _) in enumerate(data) if not play_counts[i]]
+
+
+def already_played_error(described: str, matches: list[int], total: int, path: Path,
+                         record_hint: str) -> CassetteAlreadyPlayed:
+    which = ", ".join(str(i + 1) for i in matches)
+    times = "once" if len(matches) == 1 else f"{len(matches)} times"
+    return CassetteAlreadyPlayed(
+        f"{described}: the matching interaction was already played (recorded {times}: interaction "
+        f"{which} of {total} in {path}); record the test again with "
+        f"{record_hint} if it makes this request twice", path=path, request=described)
+
+
+def _differences(filtered: Any, stored: Any) -> list[str]:
+    """Where `filtered` differs from `stored` in method, path and query (vcrpy's matchers)."""
+    differs: list[str] = []
+    if filtered.method != stored.method:
+        differs.append(f"method (recorded {stored.method}, now {filtered.method})")
+    if filtered.path != stored.path:
+        differs.append(f"path (recorded {urlsplit(stored.uri).path}, now {urlsplit(filtered.uri).path})")
+    if filtered.query != stored.query:
+        differs.append(f"query (recorded {urlsplit(stored.uri).query!r}, now {urlsplit(filtered.uri).query!r})")
+    return differs
+
+
+def miss_error(data: Sequence[Interaction], filtered: Any, described: str, path: Path, record_hint: str) -> CassetteMiss:
+    """The miss of `filtered` against `data`: the closest recorded request and how it differs."""
+    if not data:
+        return CassetteMiss(
+            f"no recorded interaction matches {described}; the cassette {path} has no "
+            f"interactions (the test made no request when it was recorded); record it again with "
+            f"{record_hint}", path=path, request=described, closest=None, differences=[])
+    now = request_body(filtered)
+    best: tuple[Any, ...] | None = None
+    for index, (stored, _) in enumerate(data):
+        differs = _differences(filtered, stored)
+        weight, body_diffs = body_differences(now, request_body(stored))
+        key = (len(differs), weight, index)
+        if best is None or key < best[0]:
+            best = (key, index, stored, differs + body_diffs)
+    assert best is not None
+    _, index, stored, differences = best
+    shown = differences[:SHOW_DIFFS]
+    more = f"; and {len(differences) - SHOW_DIFFS} more" if len(differences) > SHOW_DIFFS else ""
+    message = (
+        f"no recorded interaction matches {described} in cassette {path}; closest recorded request: "
+        f"{describe(stored)} (interaction {index + 1} of {len(data)}) differs in: "
+        + "; ".join(shown) + more
+        + f". If the request changed on purpose, record the test again with {record_hint}."
+    )
+    return CassetteMiss(message, path=path, request=described, closest=index, differences=differences)
