@@ -17,28 +17,18 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # pragma: no cover
     import vcr
 
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.disk import REPAIR
-from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
+from pytest_laya.cassettes.errors import CassetteError, CassetteMissing, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
-from pytest_laya.cassettes.matching import (
-    MATCH_ON,
-    SHOW_DIFFS,
-    body_bytes,
-    body_differences,
-    body_summary,
-    describe,
-    laya_body_matcher,
-    match_key,
-    request_body,
-)
+from pytest_laya.cassettes.matching import MATCH_ON, describe, laya_body_matcher, match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions
+from pytest_laya.cassettes.replay import already_played_error, miss_error, unplayed_of
 from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
 from pytest_laya.intercept.switchboard import vcr_response_fixes
 
@@ -53,272 +43,270 @@ __all__ = [
 RECORD_HINT = "--laya-mode=record"
 
 
+class _LayaCassette:
+    """What a vcrpy cassette does differently here: replay raises pytest-laya's misses and echoes X-Request-Id
+    (mixed into vcrpy's ``Cassette`` by `_classes`, so that importing this module loads no vcrpy)."""
+
+    record_hint = RECORD_HINT
+    # vcrpy's Cassette's, which this is mixed into (annotations only: nothing shadowed).
+    record_mode: Any
+    rewound: bool
+    dirty: bool
+    data: list[tuple[Any, Any]]
+    play_counts: Any
+    _path: str
+    _persister: Any
+    _after_load_interaction: Any
+    _before_record_request: Any
+    _before_record_response: Any
+    _old_interactions: list[tuple[Any, Any]]
+    _played_interactions: list[tuple[Any, Any]]
+    _loaded_count: int
+    _metadata: dict[str, Any]
+    filter_request: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._laya_lock = threading.RLock()
+        # Match key -> indices of the interactions with that key, in recorded order; built on
+        # the first lookup, so replay is a dict lookup whatever the cassette's length.
+        self._laya_index: dict[tuple[Any, ...], list[int]] = {}
+        self._laya_indexed = 0
+        # vcrpy asks can_play_response_for and then play_response with the same request
+        # object: scrub (deep copy + filter) it once, not once per call.
+        self._laya_last: tuple[Any, Any] | None = None
+
+    def _replaying(self) -> bool:
+        return bool(self.record_mode == "none")  # vcrpy's RecordMode is a str enum
+
+    def _load(self) -> None:
+        """Replay: vcrpy's load, minus its deep copies of objects nobody else holds.
+
+        Each recorded interaction becomes fresh vcrpy objects (`fresh_interactions`), goes
+        through `append`'s filters (request ids, ignored hosts, the scrubber) exactly as
+        vcrpy's ``_load`` would send it, and is kept; the parsed file is shared with the
+        cache, never changed. Recording (or a load hook) takes vcrpy's own path.
+        """
+        persister = self._persister
+        if not self._replaying() or self._after_load_interaction or not isinstance(persister, Persister):
+            super()._load()  # type: ignore[misc]
+            return None
+        path = Path(self._path)
+        data = persister.read(path)
+        if data is None:
+            return None
+        try:
+            requests, responses = fresh_interactions(data)
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+            raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}",
+                                path=path) from None
+        with self._laya_lock:
+            for request, response in zip(requests, responses):
+                self._laya_keep(request, response)
+        self._loaded_count = len(self.data)
+        self.dirty = False
+        self.rewound = True
+        metadata = data.get("metadata")
+        self._metadata = dict(metadata) if isinstance(metadata, dict) else {}
+        return None
+
+    def _laya_keep(self, request: Any, response: Any) -> None:
+        """One loaded interaction through `append`'s filters, kept unless a filter drops it."""
+        response = without_request_ids(response, request)
+        filtered = self._before_record_request(request)
+        if not filtered:
+            return
+        response = self._before_record_response(response)  # fresh: no copy needed
+        if response is None:
+            return
+        self.data.append((filtered, response))
+        self._old_interactions.append((filtered, response))
+
+    @property
+    def _laya_path(self) -> Path:
+        return Path(getattr(self, "_path", ""))
+
+    def _laya_filtered(self, request: Any) -> Any:
+        last = self._laya_last
+        if last is not None and last[0] is request:
+            return last[1]
+        filtered = self.filter_request(request)
+        self._laya_last = (request, filtered)
+        return filtered
+
+    def _laya_matches(self, filtered: Any) -> list[int]:
+        """Indices of the interactions `filtered` matches: the rules of `MATCH_ON`, as a lookup."""
+        data = self.data
+        if self._laya_indexed != len(data):
+            if self._laya_indexed > len(data):  # pragma: no cover - vcrpy never shrinks data
+                self._laya_index, self._laya_indexed = {}, 0
+            for i in range(self._laya_indexed, len(data)):
+                self._laya_index.setdefault(match_key(data[i][0]), []).append(i)
+            self._laya_indexed = len(data)
+        return self._laya_index.get(match_key(filtered), [])
+
+    def laya_has_match(self, request: Any) -> bool:
+        """Whether any recorded interaction matches `request` (played or not)."""
+        with self._laya_lock:
+            return bool(self.rewound and self._laya_matches(self._laya_filtered(request)))
+
+    def can_play_response_for(self, request: Any) -> bool:
+        if not self._replaying():
+            return bool(super().can_play_response_for(request))  # type: ignore[misc]
+        with self._laya_lock:
+            filtered = self._laya_filtered(request)
+            if not self.rewound:
+                raise CassetteMissing(
+                    f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
+                    f"the test asked for {describe(filtered)}", path=self._laya_path)
+            matches = self._laya_matches(filtered)
+            if not matches:
+                raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
+            if all(self.play_counts[i] for i in matches):
+                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
+                                           self.record_hint)
+            return True
+
+    def play_response(self, request: Any) -> Any:
+        if not self._replaying():
+            return super().play_response(request)  # type: ignore[misc]
+        with self._laya_lock:
+            filtered = self._laya_filtered(request)
+            self._laya_last = None
+            matches = self._laya_matches(filtered)
+            index = next((i for i in matches if not self.play_counts[i]), None)
+            if index is None:  # another thread played the last match between the check and the play
+                if not matches:
+                    raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
+                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
+                                           self.record_hint)
+            stored, response = self.data[index]
+            if index < getattr(self, "_loaded_count", len(self.data)):
+                # What vcrpy's own play_response keeps for drop_unused_requests.
+                self._played_interactions.append((stored, response))
+            self.play_counts[index] += 1
+        return echo_ids(response, request)
+
+    def laya_rewind(self, request: Any) -> None:
+        """Make the interactions `request` matches playable again (the standalone proxy's repeats)."""
+        with self._laya_lock:
+            for index in self._laya_matches(self._laya_filtered(request)):
+                self.play_counts[index] = 0
+
+    def append(self, request: Any, response: Any) -> None:
+        with self._laya_lock:
+            super().append(request, without_request_ids(response, request))  # type: ignore[misc]
+
+    def laya_unplayed(self) -> list[Unplayed]:
+        with self._laya_lock:
+            return unplayed_of(self.data, self.play_counts)
+
+
+class _LayaVCR:
+    """What a `vcr.VCR` does differently here: configured for served Laya, its record mode fixed
+    (mixed into ``vcr.VCR`` by `_classes`)."""
+
+    # vcrpy's VCR's, which this is mixed into (annotations only).
+    ignore_hosts: Any
+    ignore_localhost: bool
+    before_record_request: Any
+    register_matcher: Any
+    register_persister: Any
+    _build_ignore_hosts: Any
+
+    def __init__(self, *, record: bool, cassette_dir: str | os.PathLike[str] | None,
+                 api_key: str | None, strict: bool, record_hint: str, config: CassetteConfig | None = None) -> None:
+        import vcr
+        from vcr.record_mode import RecordMode
+
+        self.laya_record = bool(record)
+        self.laya_strict = bool(strict)
+        self.laya_api_key = api_key
+        self.laya_config = config or CassetteConfig()
+        self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
+        self._laya_cassette_class: Any = _cassette_class(_classes()[1], record_hint)
+        super().__init__(  # type: ignore[call-arg]
+            record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
+            cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
+            path_transformer=vcr.VCR.ensure_suffix(CASSETTE_SUFFIX),
+            match_on=MATCH_ON,
+            before_record_request=self._laya_scrubber.request,
+            before_record_response=self._laya_scrubber.response,
+            decode_compressed_response=False,  # the scrubber decodes, within the client's cap
+            drop_unused_requests=True,
+            record_on_exception=False,
+            ignore_hosts=self.laya_config.ignore_hosts,
+            custom_patches=vcr_response_fixes(),
+        )
+        self.register_matcher("laya_body", laya_body_matcher)
+        self.register_persister(Persister(record=self.laya_record, deferred=False))
+
+    def _build_before_record_request(self, options: dict[str, Any]) -> Any:
+        """vcrpy's filter of every request, with a cheap copy where vcrpy deep-copies.
+
+        The filters are those vcrpy would compose here -- the ignored hosts, then the scrubber
+        -- when no vcrpy-level filter is configured (the kit's own filters are the
+        scrubber's); otherwise vcrpy builds it.
+        """
+        if any(options.get(key) for key in _VCR_REQUEST_FILTERS) or any(
+                getattr(self, key) for key in _VCR_REQUEST_FILTERS[:-2]):
+            return super()._build_before_record_request(options)  # type: ignore[misc]
+        hosts = set(options.get("ignore_hosts", self.ignore_hosts) or ())
+        if options.get("ignore_localhost", self.ignore_localhost):
+            hosts.update(("localhost", "0.0.0.0", "127.0.0.1", "::1"))
+        ignored = self._build_ignore_hosts(hosts) if hosts else None
+        scrub = self.before_record_request
+
+        def before_record_request(request: Any) -> Any:
+            request = copy_request(request)
+            if ignored is not None and ignored(request) is None:
+                return None
+            return scrub(request) if scrub is not None else request
+
+        return before_record_request
+
+    def get_merged_config(self, **kwargs: Any) -> dict[str, Any]:
+        from vcr.record_mode import RecordMode
+
+        for forbidden in ("record_mode", "allow_playback_repeats", "match_on", "serializer"):
+            if forbidden in kwargs:
+                raise TypeError(f"{forbidden} is fixed by pytest-laya's cassettes (record={self.laya_record});"
+                                " the mode is chosen in one place only")
+        config: dict[str, Any] = super().get_merged_config(**kwargs)  # type: ignore[misc]
+        config["record_mode"] = RecordMode.ALL if self.laya_record else RecordMode.NONE
+        config["allow_playback_repeats"] = False
+        return config
+
+    def use_cassette(self, path: Any = None, **kwargs: Any) -> Any:
+        """vcrpy's context manager over one cassette file (no decorator form, no discard)."""
+        if path is None or not isinstance(path, (str, os.PathLike)):
+            raise TypeError("LayaVCR.use_cassette needs a cassette path")
+        return self._laya_cassette_class.use(**self.get_merged_config(path=path, **kwargs))
+
+    def cassette(self, path: str | os.PathLike[str], *,
+                 provenance: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[CassetteHandle]:
+        """One test's cassette: a context manager giving a `CassetteHandle` (see `use_cassette`)."""
+        return open_session(self, path, provenance)
+
+    def open(self, path: str | os.PathLike[str], *,
+             provenance: Mapping[str, Any] | None = None) -> CassetteHandle:
+        """One test's cassette, loaded but not patched in: the caller routes requests to
+        `handle.cassette` (the plugin's switchboard) and calls `handle.finish(failed=...)`."""
+        return open_cassette(self, path, provenance)
+
+
 @functools.cache
 def _classes() -> tuple[type, type]:
-    """(LayaVCR, LayaCassette), built on first use so that importing this module loads no vcrpy."""
+    """(LayaVCR, LayaCassette): the mixins over vcrpy's classes, built on first use so that importing
+    this module loads no vcrpy."""
     import vcr
-    from vcr import matchers
     from vcr.cassette import Cassette
-    from vcr.record_mode import RecordMode
 
-    class LayaCassette(Cassette):
+    class LayaCassette(_LayaCassette, Cassette):  # type: ignore[misc]  # vcrpy is untyped
         """A vcrpy cassette whose replay raises pytest-laya's misses and echoes X-Request-Id."""
 
-        record_hint = RECORD_HINT
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._laya_lock = threading.RLock()
-            # Match key -> indices of the interactions with that key, in recorded order; built on
-            # the first lookup, so replay is a dict lookup whatever the cassette's length.
-            self._laya_index: dict[tuple[Any, ...], list[int]] = {}
-            self._laya_indexed = 0
-            # vcrpy asks can_play_response_for and then play_response with the same request
-            # object: scrub (deep copy + filter) it once, not once per call.
-            self._laya_last: tuple[Any, Any] | None = None
-
-        def _load(self) -> None:
-            """Replay: vcrpy's load, minus its deep copies of objects nobody else holds.
-
-            Each recorded interaction becomes fresh vcrpy objects (`fresh_interactions`), goes
-            through `append`'s filters (request ids, ignored hosts, the scrubber) exactly as
-            vcrpy's ``_load`` would send it, and is kept; the parsed file is shared with the
-            cache, never changed. Recording (or a load hook) takes vcrpy's own path.
-            """
-            persister = self._persister
-            if self.record_mode != RecordMode.NONE or self._after_load_interaction or not isinstance(persister, Persister):
-                return super()._load()
-            path = Path(self._path)
-            data = persister.read(path)
-            if data is None:
-                return None
-            try:
-                requests, responses = fresh_interactions(data)
-            except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
-                raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}",
-                                    path=path) from None
-            with self._laya_lock:
-                for request, response in zip(requests, responses):
-                    response = without_request_ids(response, request)
-                    filtered = self._before_record_request(request)
-                    if not filtered:
-                        continue
-                    response = self._before_record_response(response)  # fresh: no copy needed
-                    if response is None:
-                        continue
-                    self.data.append((filtered, response))
-                    self._old_interactions.append((filtered, response))
-            self._loaded_count = len(self.data)
-            self.dirty = False
-            self.rewound = True
-            metadata = data.get("metadata")
-            self._metadata = dict(metadata) if isinstance(metadata, dict) else {}
-            return None
-
-        @property
-        def _laya_path(self) -> Path:
-            return Path(getattr(self, "_path", ""))
-
-        def _laya_filtered(self, request: Any) -> Any:
-            last = self._laya_last
-            if last is not None and last[0] is request:
-                return last[1]
-            filtered = self.filter_request(request)
-            self._laya_last = (request, filtered)
-            return filtered
-
-        def _laya_matches(self, filtered: Any) -> list[int]:
-            """Indices of the interactions `filtered` matches: the rules of `MATCH_ON`, as a lookup."""
-            data = self.data
-            if self._laya_indexed != len(data):
-                if self._laya_indexed > len(data):  # pragma: no cover - vcrpy never shrinks data
-                    self._laya_index, self._laya_indexed = {}, 0
-                for i in range(self._laya_indexed, len(data)):
-                    self._laya_index.setdefault(match_key(data[i][0]), []).append(i)
-                self._laya_indexed = len(data)
-            return self._laya_index.get(match_key(filtered), [])
-
-        def laya_has_match(self, request: Any) -> bool:
-            """Whether any recorded interaction matches `request` (played or not)."""
-            with self._laya_lock:
-                return bool(self.rewound and self._laya_matches(self._laya_filtered(request)))
-
-        def can_play_response_for(self, request: Any) -> bool:
-            if self.record_mode != RecordMode.NONE:
-                return super().can_play_response_for(request)
-            with self._laya_lock:
-                filtered = self._laya_filtered(request)
-                if not self.rewound:
-                    raise CassetteMissing(
-                        f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
-                        f"the test asked for {describe(filtered)}", path=self._laya_path)
-                matches = self._laya_matches(filtered)
-                if not matches:
-                    raise self._laya_miss(filtered, describe(filtered))
-                if all(self.play_counts[i] for i in matches):
-                    raise self._laya_already_played(describe(filtered), matches)
-                return True
-
-        def play_response(self, request: Any) -> Any:
-            if self.record_mode != RecordMode.NONE:
-                return super().play_response(request)
-            with self._laya_lock:
-                filtered = self._laya_filtered(request)
-                self._laya_last = None
-                matches = self._laya_matches(filtered)
-                for index in matches:
-                    if not self.play_counts[index]:
-                        break
-                else:
-                    # Another thread played the last match between the check and the play.
-                    if not matches:
-                        raise self._laya_miss(filtered, describe(filtered))
-                    raise self._laya_already_played(describe(filtered), matches)
-                stored, response = self.data[index]
-                if index < getattr(self, "_loaded_count", len(self.data)):
-                    # What vcrpy's own play_response keeps for drop_unused_requests.
-                    self._played_interactions.append((stored, response))
-                self.play_counts[index] += 1
-            return echo_ids(response, request)
-
-        def laya_rewind(self, request: Any) -> None:
-            """Make the interactions `request` matches playable again (the standalone proxy's repeats)."""
-            with self._laya_lock:
-                for index in self._laya_matches(self._laya_filtered(request)):
-                    self.play_counts[index] = 0
-
-        def append(self, request: Any, response: Any) -> None:
-            with self._laya_lock:
-                super().append(request, without_request_ids(response, request))
-
-        def _laya_already_played(self, described: str, matches: list[int]) -> CassetteAlreadyPlayed:
-            which = ", ".join(str(i + 1) for i in matches)
-            times = "once" if len(matches) == 1 else f"{len(matches)} times"
-            return CassetteAlreadyPlayed(
-                f"{described}: the matching interaction was already played (recorded {times}: interaction "
-                f"{which} of {len(self.data)} in {self._laya_path}); record the test again with "
-                f"{self.record_hint} if it makes this request twice", path=self._laya_path, request=described)
-
-        def _laya_miss(self, filtered: Any, described: str) -> CassetteMiss:
-            where = f"in cassette {self._laya_path}"
-            if not self.data:
-                return CassetteMiss(
-                    f"no recorded interaction matches {described}; the cassette {self._laya_path} has no "
-                    f"interactions (the test made no request when it was recorded); record it again with "
-                    f"{self.record_hint}", path=self._laya_path, request=described, closest=None, differences=[])
-            now = request_body(filtered)
-            best: tuple[Any, ...] | None = None
-            for index, (stored, _) in enumerate(self.data):
-                differs: list[str] = []
-                if filtered.method != stored.method:
-                    differs.append(f"method (recorded {stored.method}, now {filtered.method})")
-                try:
-                    matchers.path(filtered, stored)
-                except AssertionError:
-                    differs.append(f"path (recorded {urlsplit(stored.uri).path}, now {urlsplit(filtered.uri).path})")
-                try:
-                    matchers.query(filtered, stored)
-                except AssertionError:
-                    differs.append(f"query (recorded {urlsplit(stored.uri).query!r}, now {urlsplit(filtered.uri).query!r})")
-                weight, body_diffs = body_differences(now, request_body(stored))
-                key = (len(differs), weight, index)
-                if best is None or key < best[0]:
-                    best = (key, index, stored, differs + body_diffs)
-            assert best is not None
-            _, index, stored, differences = best
-            shown = differences[:SHOW_DIFFS]
-            more = f"; and {len(differences) - SHOW_DIFFS} more" if len(differences) > SHOW_DIFFS else ""
-            message = (
-                f"no recorded interaction matches {described} {where}; closest recorded request: "
-                f"{describe(stored)} (interaction {index + 1} of {len(self.data)}) differs in: "
-                + "; ".join(shown) + more
-                + f". If the request changed on purpose, record the test again with {self.record_hint}."
-            )
-            return CassetteMiss(message, path=self._laya_path, request=described, closest=index,
-                                differences=differences)
-
-        def laya_unplayed(self) -> list[Unplayed]:
-            with self._laya_lock:
-                return [Unplayed(r.method, urlsplit(r.uri).path or "/", body_summary(body_bytes(r.body)))
-                        for i, (r, _) in enumerate(self.data) if not self.play_counts[i]]
-
-    class LayaVCR(vcr.VCR):
+    class LayaVCR(_LayaVCR, vcr.VCR):  # type: ignore[misc]  # vcrpy is untyped
         """A `vcr.VCR` configured for served Laya; its record mode cannot be overridden."""
-
-        def __init__(self, *, record: bool, cassette_dir: str | os.PathLike[str] | None,
-                     api_key: str | None, strict: bool, record_hint: str, config: CassetteConfig | None = None) -> None:
-            self.laya_record = bool(record)
-            self.laya_strict = bool(strict)
-            self.laya_api_key = api_key
-            self.laya_config = config or CassetteConfig()
-            self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
-            self._laya_cassette_class: Any = _cassette_class(LayaCassette, record_hint)
-            super().__init__(
-                record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
-                cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
-                path_transformer=vcr.VCR.ensure_suffix(CASSETTE_SUFFIX),
-                match_on=MATCH_ON,
-                before_record_request=self._laya_scrubber.request,
-                before_record_response=self._laya_scrubber.response,
-                decode_compressed_response=False,  # the scrubber decodes, within the client's cap
-                drop_unused_requests=True,
-                record_on_exception=False,
-                ignore_hosts=self.laya_config.ignore_hosts,
-                custom_patches=vcr_response_fixes(),
-            )
-            self.register_matcher("laya_body", laya_body_matcher)
-            self.register_persister(Persister(record=self.laya_record, deferred=False))
-
-        def _build_before_record_request(self, options: dict[str, Any]) -> Any:
-            """vcrpy's filter of every request, with a cheap copy where vcrpy deep-copies.
-
-            The filters are those vcrpy would compose here -- the ignored hosts, then the scrubber
-            -- when no vcrpy-level filter is configured (the kit's own filters are the
-            scrubber's); otherwise vcrpy builds it.
-            """
-            if any(options.get(key) for key in _VCR_REQUEST_FILTERS) or any(
-                    getattr(self, key) for key in _VCR_REQUEST_FILTERS[:-2]):
-                return super()._build_before_record_request(options)
-            hosts = set(options.get("ignore_hosts", self.ignore_hosts) or ())
-            if options.get("ignore_localhost", self.ignore_localhost):
-                hosts.update(("localhost", "0.0.0.0", "127.0.0.1", "::1"))
-            ignored = self._build_ignore_hosts(hosts) if hosts else None
-            scrub = self.before_record_request
-
-            def before_record_request(request: Any) -> Any:
-                request = copy_request(request)
-                if ignored is not None and ignored(request) is None:
-                    return None
-                return scrub(request) if scrub is not None else request
-
-            return before_record_request
-
-        def get_merged_config(self, **kwargs: Any) -> dict[str, Any]:
-            for forbidden in ("record_mode", "allow_playback_repeats", "match_on", "serializer"):
-                if forbidden in kwargs:
-                    raise TypeError(f"{forbidden} is fixed by pytest-laya's cassettes (record={self.laya_record});"
-                                    " the mode is chosen in one place only")
-            config = super().get_merged_config(**kwargs)
-            config["record_mode"] = RecordMode.ALL if self.laya_record else RecordMode.NONE
-            config["allow_playback_repeats"] = False
-            return config
-
-        def use_cassette(self, path: Any = None, **kwargs: Any) -> Any:
-            """vcrpy's context manager over one cassette file (no decorator form, no discard)."""
-            if path is None or not isinstance(path, (str, os.PathLike)):
-                raise TypeError("LayaVCR.use_cassette needs a cassette path")
-            return self._laya_cassette_class.use(**self.get_merged_config(path=path, **kwargs))
-
-        def cassette(self, path: str | os.PathLike[str], *,
-                     provenance: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[CassetteHandle]:
-            """One test's cassette: a context manager giving a `CassetteHandle` (see `use_cassette`)."""
-            return open_session(self, path, provenance)
-
-        def open(self, path: str | os.PathLike[str], *,
-                 provenance: Mapping[str, Any] | None = None) -> CassetteHandle:
-            """One test's cassette, loaded but not patched in: the caller routes requests to
-            `handle.cassette` (the plugin's switchboard) and calls `handle.finish(failed=...)`."""
-            return open_cassette(self, path, provenance)
 
     return LayaVCR, LayaCassette
 
@@ -375,6 +363,6 @@ def use_cassette(path: str | os.PathLike[str], *, record: bool, api_key: str | N
     cassette: recorded, or answered from it, never from the network. In record mode the file
     is replaced when the block ends cleanly and `discard()` was not called.
     """
-    path = Path(path)
-    return laya_vcr(record=record, cassette_dir=None, api_key=api_key, strict=strict,
-                    record_hint=record_hint).cassette(path, provenance=provenance)
+    vcr_class, _ = _classes()
+    laya: _LayaVCR = vcr_class(record=record, cassette_dir=None, api_key=api_key, strict=strict, record_hint=record_hint)
+    return laya.cassette(Path(path), provenance=provenance)

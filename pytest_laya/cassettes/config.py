@@ -61,7 +61,8 @@ def _hook(value: Any, key: str, where: str) -> Callable[[Any], Any] | None:
     if not callable(value):
         raise ValueError(f"{where}: {key} must be a function taking the request (or response) and returning it "
                          f"(or None to drop it), got {value!r}")
-    return value
+    hook: Callable[[Any], Any] = value
+    return hook
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ JsonPath = tuple[str | int, ...]
 KEEP: Any = object()
 
 
-class _Members(list):
+class _Members(list[tuple[Any, Any]]):
     """An object's (name, value) pairs in order, duplicate names kept (each one is scrubbed)."""
 
 

@@ -127,53 +127,65 @@ def _interaction_problems(interaction: Any) -> tuple[list[str], list[str]]:
     elif not isinstance(request, dict):
         wrong.append(f"request is {_kind(request)}, expected a mapping")
     else:
-        missing += [f"request.{k}" for k in _REQUEST_FIELDS if k not in request]
-        wrong += [f"request has the unknown field {k!r} (a request has {', '.join(_REQUEST_FIELDS)})"
-                  for k in request if k not in _REQUEST_FIELDS]
-        method = request.get("method")
-        if "method" in request and (not isinstance(method, str) or not _TOKEN.match(method)):
-            wrong.append(f"request.method is {_kind(method)}, expected an HTTP method such as POST")
-        uri = request.get("uri")
-        if "uri" in request and (not isinstance(uri, str) or not uri or not uri.isprintable()):
-            wrong.append(f"request.uri is {_kind(uri)}, expected a URL such as http://laya.invalid/v1/systemone")
-        body = request.get("body")
-        if "body" in request and body is not None and not isinstance(body, (str, bytes)):
-            wrong.append(f"request.body is {_kind(body)}, expected a string (or null)")
-        if "headers" in request:
-            wrong += _headers_problems("request.headers", request["headers"], lists_only=False)
+        _request_problems(request, missing, wrong)
     if "response" not in interaction:
         missing.append("response")
     elif not isinstance(response, dict):
         wrong.append(f"response is {_kind(response)}, expected a mapping")
     else:
-        status = response.get("status")
-        if not isinstance(status, dict):
-            (missing if status is None else wrong).append(
-                "response.status.code" if status is None else f"response.status is {_kind(status)}, expected a mapping")
-        else:
-            code = status.get("code")
-            if code is None:
-                missing.append("response.status.code")
-            elif not _is_int(code) or not 100 <= code <= 599:
-                wrong.append(f"response.status.code is {_kind(code)}, expected an HTTP status, an integer in 100..599")
-            if "message" not in status:
-                missing.append("response.status.message")
-            elif status["message"] is not None:
-                problem = _text_problem(status["message"], ascii_only=True)
-                if problem:
-                    wrong.append(f"response.status.message {problem} (a reason phrase such as OK)")
-        if "headers" not in response:
-            missing.append("response.headers")
-        else:
-            wrong += _headers_problems("response.headers", response["headers"], lists_only=True)
-        body = response.get("body")
-        if not isinstance(body, dict) or "string" not in body:
-            (missing if body is None or isinstance(body, dict) else wrong).append(
-                "response.body.string" if body is None or isinstance(body, dict)
-                else f"response.body is {_kind(body)}, expected a mapping with 'string'")
-        elif not isinstance(body["string"], (str, bytes)):
-            wrong.append(f"response.body.string is {_kind(body['string'])}, expected a string")
+        _response_problems(response, missing, wrong)
     return missing, wrong
+
+
+def _request_problems(request: dict[str, Any], missing: list[str], wrong: list[str]) -> None:
+    missing += [f"request.{k}" for k in _REQUEST_FIELDS if k not in request]
+    wrong += [f"request has the unknown field {k!r} (a request has {', '.join(_REQUEST_FIELDS)})"
+              for k in request if k not in _REQUEST_FIELDS]
+    method = request.get("method")
+    if "method" in request and (not isinstance(method, str) or not _TOKEN.match(method)):
+        wrong.append(f"request.method is {_kind(method)}, expected an HTTP method such as POST")
+    uri = request.get("uri")
+    if "uri" in request and (not isinstance(uri, str) or not uri or not uri.isprintable()):
+        wrong.append(f"request.uri is {_kind(uri)}, expected a URL such as http://laya.invalid/v1/systemone")
+    body = request.get("body")
+    if "body" in request and body is not None and not isinstance(body, (str, bytes)):
+        wrong.append(f"request.body is {_kind(body)}, expected a string (or null)")
+    if "headers" in request:
+        wrong += _headers_problems("request.headers", request["headers"], lists_only=False)
+
+
+def _response_problems(response: dict[str, Any], missing: list[str], wrong: list[str]) -> None:
+    status = response.get("status")
+    if not isinstance(status, dict):
+        (missing if status is None else wrong).append(
+            "response.status.code" if status is None else f"response.status is {_kind(status)}, expected a mapping")
+    else:
+        _status_problems(status, missing, wrong)
+    if "headers" not in response:
+        missing.append("response.headers")
+    else:
+        wrong += _headers_problems("response.headers", response["headers"], lists_only=True)
+    body = response.get("body")
+    if not isinstance(body, dict) or "string" not in body:
+        (missing if body is None or isinstance(body, dict) else wrong).append(
+            "response.body.string" if body is None or isinstance(body, dict)
+            else f"response.body is {_kind(body)}, expected a mapping with 'string'")
+    elif not isinstance(body["string"], (str, bytes)):
+        wrong.append(f"response.body.string is {_kind(body['string'])}, expected a string")
+
+
+def _status_problems(status: dict[str, Any], missing: list[str], wrong: list[str]) -> None:
+    code = status.get("code")
+    if code is None:
+        missing.append("response.status.code")
+    elif not _is_int(code) or not 100 <= code <= 599:
+        wrong.append(f"response.status.code is {_kind(code)}, expected an HTTP status, an integer in 100..599")
+    if "message" not in status:
+        missing.append("response.status.message")
+    elif status["message"] is not None:
+        problem = _text_problem(status["message"], ascii_only=True)
+        if problem:
+            wrong.append(f"response.status.message {problem} (a reason phrase such as OK)")
 
 
 def _check_structure(path: Path, data: Any) -> None:
@@ -281,7 +293,8 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
     except yaml.YAMLError as exc:
         raise _yaml_problem(path, exc, text) from None
     _check_structure(path, data)
-    return data
+    checked: dict[str, Any] = data
+    return checked
 
 
 def provenance_of(data: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -297,8 +310,9 @@ def fresh_interactions(data: Mapping[str, Any], request_class: Any = None) -> tu
     `request_class` builds the requests (vcrpy's ``Request`` by default; the kit's own replay
     passes `pytest_laya.intercept.request.Request`, which needs no vcrpy)."""
     if request_class is None:
-        from vcr.request import Request as request_class
+        from vcr.request import Request
 
+        request_class = Request
     requests, responses = [], []
     for interaction in data["interactions"]:
         requests.append(request_class(**interaction["request"]))
@@ -373,7 +387,8 @@ def render(requests: list[Any], responses: list[Any], metadata: Mapping[str, Any
     data = dict(data)
     if metadata:
         data["metadata"] = copy.deepcopy(dict(metadata))
-    return yamlserializer.serialize(data).encode("utf-8")
+    text: str = yamlserializer.serialize(data)
+    return text.encode("utf-8")
 
 
 class Persister:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
@@ -354,25 +355,29 @@ class Scrubber:
                 if replaced is not None:
                     kept[lower] = [str(replaced)]
                 continue
-            if lower not in RESPONSE_HEADERS:
-                continue
-            values = values if isinstance(values, list) else [values]
-            cleaned = [self.whole(str(v)) for v in values]
-            if lower == "x-request-id":
-                cleaned = [RECORDED_REQUEST_ID]
-            elif lower == "traceparent":
-                cleaned = [RECORDED_TRACEPARENT]
-            elif lower == "x-inference-time-ms":
-                cleaned = ["0"]
-            elif lower == "server-timing":
-                cleaned = [_DUR.sub(r"\g<1>0", v) for v in cleaned]
-            elif lower == "content-length" and raw is not None:
-                cleaned = [str(len(raw))]
-            kept.setdefault(lower, []).extend(cleaned)
+            if lower in RESPONSE_HEADERS:
+                kept.setdefault(lower, []).extend(self._response_header(lower, values, raw))
         response["headers"] = kept
         if self.config.before_record_response is not None:
-            return self.config.before_record_response(response)
+            hooked: dict[str, Any] = self.config.before_record_response(response)
+            return hooked
         return response
+
+
+    def _response_header(self, lower: str, values: Any, raw: bytes | None) -> list[str]:
+        """A kept response header's values as a cassette stores them (volatile ones fixed)."""
+        cleaned = [self.whole(str(v)) for v in (values if isinstance(values, list) else [values])]
+        if lower == "x-request-id":
+            return [RECORDED_REQUEST_ID]
+        if lower == "traceparent":
+            return [RECORDED_TRACEPARENT]
+        if lower == "x-inference-time-ms":
+            return ["0"]
+        if lower == "server-timing":
+            return [_DUR.sub(r"\g<1>0", v) for v in cleaned]
+        if lower == "content-length" and raw is not None:
+            return [str(len(raw))]
+        return cleaned
 
 
 def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> dict[str, Any]:
@@ -419,6 +424,27 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
     if not isinstance(body, dict) or body.get("string") is None:
         return response
     raw = body["string"]
+    swaps = _id_swaps(request, response)
+    if not swaps:
+        return response
+    data = body_bytes(raw)
+    if b"\\u" not in data and not any(old.encode("utf-8") in data for old in swaps):
+        return response
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return response
+    swap = _swapper(swaps)
+    spliced = splice(text, swap)
+    if spliced is None:
+        spliced = swaps.get(text, text)
+    if spliced == text:
+        return response
+    return {**response, "body": {**body, "string": spliced.encode("utf-8")}}
+
+
+def _id_swaps(request: Any, response: dict[str, Any]) -> dict[str, str]:
+    """This exchange's request and trace ids (long enough to be ids), each with the stored one to put in its place."""
     request_headers = getattr(request, "headers", None) or {}  # vcrpy's are case-insensitive
     response_headers = {str(k).lower(): v for k, v in (response.get("headers") or {}).items()}
 
@@ -436,15 +462,11 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
         trace = parse_traceparent(value)
         if trace and trace.trace_id != recorded_trace:
             swaps[trace.trace_id] = recorded_trace
-    if not swaps:
-        return response
-    data = body_bytes(raw)
-    if b"\\u" not in data and not any(old.encode("utf-8") in data for old in swaps):
-        return response
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return response
+    return swaps
+
+
+def _swapper(swaps: dict[str, str]) -> Callable[[JsonPath, Any], Any]:
+    """`splice`'s replacement of whole id values by the stored ones (see `without_request_ids`)."""
 
     def swap(path: JsonPath, value: Any) -> Any:
         if not isinstance(value, str) or is_name(path):
@@ -460,12 +482,7 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
             return RECORDED_TRACEPARENT
         return KEEP
 
-    spliced = splice(text, swap)
-    if spliced is None:
-        spliced = swaps.get(text, text)
-    if spliced == text:
-        return response
-    return {**response, "body": {**body, "string": spliced.encode("utf-8")}}
+    return swap
 
 
 def echo_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:

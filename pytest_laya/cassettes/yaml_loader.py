@@ -60,7 +60,7 @@ def _bytesio(loader: Any, node: Any) -> Any:
 
 def _iterator(loader: Any, node: Any) -> Any:
     mapping = loader.construct_mapping(node, deep=True)
-    args = mapping.get("args") or ([],)
+    args: Any = mapping.get("args") or ([],)
     return iter(args[0] if args else [])
 
 
@@ -71,7 +71,7 @@ def _vcrpy_loader() -> Any:
     cassettes hold (str, unicode, tuple, a BytesIO body, an iterator body), nothing else."""
     base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class VcrpyCassetteLoader(base):  # type: ignore[misc,valid-type]
+    class VcrpyCassetteLoader(base):  # type: ignore[misc]  # PyYAML's loader classes are untyped
         pass
 
     for tag, construct in (("python/str", _python_str), ("python/unicode", _python_str),
@@ -86,7 +86,7 @@ def _loader_class() -> Any:
     base: Any = _vcrpy_loader()
     tags: dict[str, str] = {}
 
-    class CassetteLoader(base):
+    class CassetteLoader(base):  # type: ignore[misc]  # PyYAML's loader classes are untyped
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             if kind is not ScalarNode or self.yaml_path_resolvers:
                 return super().resolve(kind, value, implicit)

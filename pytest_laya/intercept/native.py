@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pytest_laya.intercept.request import Request
+from pytest_laya.intercept.request import Headers, Request
 
 __all__ = ["install", "ours"]
 
@@ -48,13 +48,12 @@ def install(switchboard: Any) -> None:
 
         from pytest_laya.intercept import sockets
 
-        for cls, attribute in ((httpx.HTTPTransport, "handle_request"), (httpx.MockTransport, "handle_request"),
-                               (httpx.WSGITransport, "handle_request")):
-            _patch(cls, attribute, _sync_handler(cls.__dict__[attribute], httpx))
-        for cls, attribute in ((httpx.AsyncHTTPTransport, "handle_async_request"),
-                               (httpx.MockTransport, "handle_async_request"),
-                               (httpx.ASGITransport, "handle_async_request")):
-            _patch(cls, attribute, _async_handler(cls.__dict__[attribute], httpx))
+        sync: tuple[type, ...] = (httpx.HTTPTransport, httpx.MockTransport, httpx.WSGITransport)
+        for cls in sync:
+            _patch(cls, "handle_request", _sync_handler(cls.__dict__["handle_request"], httpx))
+        asynchronous: tuple[type, ...] = (httpx.AsyncHTTPTransport, httpx.MockTransport, httpx.ASGITransport)
+        for cls in asynchronous:
+            _patch(cls, "handle_async_request", _async_handler(cls.__dict__["handle_async_request"], httpx))
         sockets.add_claimer(_claim)
         _installed.append(switchboard)
 
@@ -83,7 +82,7 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
         try:
             body = b"".join(request.stream)
             request.stream = httpx.ByteStream(body)
-            ours_ = Request(request.method, str(request.url), body, request.headers)
+            ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
                 return httpx_response(route.play_response(ours_), httpx)
@@ -112,7 +111,7 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
         try:
             body = b"".join([part async for part in request.stream])
             request.stream = httpx.ByteStream(body)
-            ours_ = Request(request.method, str(request.url), body, request.headers)
+            ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
                 return httpx_response(route.play_response(ours_), httpx)

@@ -51,6 +51,24 @@ class Headers(MutableMapping[str, Any]):
     def __repr__(self) -> str:
         return repr(dict(self.items()))
 
+    def copy(self) -> Headers:
+        copied = Headers.__new__(Headers)
+        copied._store = dict(self._store)
+        return copied
+
+    @classmethod
+    def of_httpx(cls, headers: Any) -> Headers:
+        """An ``httpx.Headers``' names (lower-case) and values (repeated ones joined with ", "), as vcrpy reads them."""
+        encoding = headers.encoding
+        store: dict[str, tuple[str, Any]] = {}
+        for raw_name, raw_value in headers.raw:
+            name, value = raw_name.decode(encoding).lower(), raw_value.decode(encoding)
+            old = store.get(name)
+            store[name] = (name, value if old is None else f"{old[1]}, {value}")
+        made = cls.__new__(cls)
+        made._store = store
+        return made
+
 
 class Request:
     """A request with vcrpy's attributes; its body is bytes (a str is encoded as UTF-8)."""
@@ -62,7 +80,7 @@ class Request:
         self.method = method
         self.uri = uri
         self.body = body
-        self.headers = headers  # type: ignore[assignment]
+        self.headers = headers
 
     @property
     def uri(self) -> str:
@@ -117,7 +135,7 @@ class Request:
         """A request of one's own (its headers copied; the rest is immutable)."""
         copied = Request.__new__(Request)
         copied.method, copied._uri, copied._split, copied._body = self.method, self._uri, self._split, self._body
-        copied._headers = Headers(self._headers.items())
+        copied._headers = self._headers.copy()
         return copied
 
     def __repr__(self) -> str:

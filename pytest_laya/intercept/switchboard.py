@@ -307,7 +307,8 @@ class Switchboard:
         if host not in self.ignored_hosts:
             for route in self.laya:
                 if route.claims(request, host):
-                    return route
+                    claimed: Route = route
+                    return claimed
         if self.outer is not None:
             return self.outer
         if answered_by_a_mock():
