@@ -3,10 +3,11 @@
 The layer the plugin's replay, record and verify modes stand on; it imports neither pytest nor
 vcrpy at import time (vcrpy patches many HTTP libraries when it loads, so `_vcr` is imported by
 the functions that need it). One job per module: `errors`, `matching` (what pairs a request with
-its recording, and what a miss says), `scrub` (secrets and volatile values), `places` (where in
-a body they may be changed) and `json_splice` (changing a value in place), `persist` (files),
-`handle` (one test's cassette), `naming` (which file), `provenance` (where it came from),
-`verify` (drift against a live server). docs/cassettes.md says why each rule is what it is.
+its recording, and what a miss says), `scrub` (secrets and volatile values), `request_ids` (an
+exchange's ids out of the file and back on replay), `places` (where in a body they may be
+changed) and `json_splice` (changing a value in place), `persist` (files), `handle` (one test's
+cassette), `replay` (the plugin's replay, parsed once per file, no vcrpy), `naming` (which file),
+`provenance` (where it came from), `verify` (drift against a live server). docs/cassettes.md says why each rule is what it is.
 """
 
 from __future__ import annotations

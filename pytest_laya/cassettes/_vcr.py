@@ -29,7 +29,8 @@ from pytest_laya.cassettes.matching import MATCH_ON, describe, laya_body_matcher
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions
 from pytest_laya.cassettes.replay import already_played_error, miss_error, unplayed_of
-from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
+from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
+from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes
 
 __all__ = [

@@ -39,7 +39,8 @@ from pytest_laya.cassettes.matching import (
 )
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions, read_cassette
-from pytest_laya.cassettes.scrub import Scrubber, echo_ids, without_request_ids
+from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
+from pytest_laya.cassettes.scrub import Scrubber
 
 __all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
 from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
-from pytest_laya.cassettes.places import decision_part, is_name, may_be_volatile, volatile_value
+from pytest_laya.cassettes.places import is_name, may_be_volatile, volatile_value
 from pytest_laya.client.secret import revealed
-from pytest_laya.wire.headers import parse_traceparent
 from pytest_laya.wire.pointer import escape as escape_pointer
 from pytest_laya.wire.redaction import REDACTED
 
@@ -404,102 +402,3 @@ def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> d
         raise CassetteError(f"the response body cannot be recorded: {exc}") from None
     response["body"] = body
     return {k: v for k, v in headers.items() if str(k).lower() != "content-encoding"}
-
-
-def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
-    """`response` with the ids of this exchange in its body replaced by the stored ones.
-
-    A server may echo a request id and trace id inside the body as well as in the headers (a
-    problem's ``request_id``, an ``instance`` such as ``/requests/<id>``): the client's own
-    (``X-Request-Id``, ``traceparent`` of the request) or one it assigned (the response's). They
-    change on every call, so re-recording an unchanged server would change the file; they are
-    stored as `RECORDED_REQUEST_ID` and the recorded trace id instead. Only whole values are
-    replaced: a JSON string equal to an id (a traceparent carrying the trace id becomes
-    `RECORDED_TRACEPARENT`), a path segment of a problem's ``instance``, or a non-JSON body that
-    is the id and nothing else; never a member name, a question id or an option name (`is_name`),
-    never text that merely contains an id. Ids shorter than 8 characters are left alone (they
-    could be any word). `response` is not modified: vcrpy still hands it to the caller.
-    """
-    body = response.get("body") if isinstance(response, dict) else None
-    if not isinstance(body, dict) or body.get("string") is None:
-        return response
-    raw = body["string"]
-    swaps = _id_swaps(request, response)
-    if not swaps:
-        return response
-    data = body_bytes(raw)
-    if b"\\u" not in data and not any(old.encode("utf-8") in data for old in swaps):
-        return response
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return response
-    swap = _swapper(swaps)
-    spliced = splice(text, swap)
-    if spliced is None:
-        spliced = swaps.get(text, text)
-    if spliced == text:
-        return response
-    return {**response, "body": {**body, "string": spliced.encode("utf-8")}}
-
-
-def _id_swaps(request: Any, response: dict[str, Any]) -> dict[str, str]:
-    """This exchange's request and trace ids (long enough to be ids), each with the stored one to put in its place."""
-    request_headers = getattr(request, "headers", None) or {}  # vcrpy's are case-insensitive
-    response_headers = {str(k).lower(): v for k, v in (response.get("headers") or {}).items()}
-
-    def values(name: str) -> list[str]:
-        found = [request_headers.get(name)] + [response_headers.get(name)]
-        out: list[str] = []
-        for value in found:
-            out.extend(str(v).strip() for v in (value if isinstance(value, (list, tuple)) else [value]) if v)
-        return out
-
-    recorded_trace = RECORDED_TRACEPARENT.split("-")[1]
-    swaps = {rid: RECORDED_REQUEST_ID for rid in values("x-request-id")
-             if len(rid) >= LEARNED_SECRET_MIN and rid != RECORDED_REQUEST_ID}
-    for value in values("traceparent"):
-        trace = parse_traceparent(value)
-        if trace and trace.trace_id != recorded_trace:
-            swaps[trace.trace_id] = recorded_trace
-    return swaps
-
-
-def _swapper(swaps: dict[str, str]) -> Callable[[JsonPath, Any], Any]:
-    """`splice`'s replacement of whole id values by the stored ones (see `without_request_ids`)."""
-
-    def swap(path: JsonPath, value: Any) -> Any:
-        if not isinstance(value, str) or is_name(path):
-            return KEEP
-        if value in swaps:
-            return swaps[value]
-        if decision_part(path) == ("instance",) and "/" in value:
-            segments = value.split("/")
-            if any(segment in swaps for segment in segments):
-                return "/".join(swaps.get(segment, segment) for segment in segments)
-        trace = parse_traceparent(value) if value.startswith("00-") else None
-        if trace and trace.trace_id in swaps:
-            return RECORDED_TRACEPARENT
-        return KEEP
-
-    return swap
-
-
-def echo_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
-    """The recorded response as this request gets it: its own X-Request-Id and trace id echoed."""
-    headers = response.get("headers") or {}
-    if not any(name.lower() in ("x-request-id", "traceparent") for name in headers):
-        return response
-    request_id = request.headers.get("x-request-id")
-    trace = parse_traceparent(str(request.headers.get("traceparent") or ""))
-    echoed: dict[str, list[str]] = {}
-    for name, values in headers.items():
-        lower = name.lower()
-        if lower == "x-request-id" and request_id:
-            values = [str(request_id)]
-        elif lower == "traceparent" and trace:
-            mine = parse_traceparent(str(values[0])) if values else None
-            span = mine.span_id if mine else RECORDED_TRACEPARENT.split("-")[2]
-            values = [str(trace._replace(span_id=span))]
-        echoed[name] = values
-    return {**response, "headers": echoed}

@@ -3,7 +3,10 @@
 `Switchboard` is the one object vcrpy's HTTP patches talk to (patches built once, entered per
 test); `LayaRoute` is a test's Laya server on it: its cassette or capture, and the observer that
 sees every exchange, whichever library made it. Requests to other hosts go to another vcrpy
-cassette (pytest-recording's), the network, or `NetworkBlocked`.
+cassette (pytest-recording's), the network, or `NetworkBlocked`. In replay the kit's own
+transports (`native`: httpx handlers, and `sockets`' in-memory connections for http.client and
+urllib3) stand in for vcrpy's patches, installed once per process; `request.Request` is the
+request they hand on, `mocks` says whether another mock library answers.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pytest_laya.intercept.mocks import transport_running
 from pytest_laya.intercept.request import Headers, Request
 
 __all__ = ["install", "ours"]
@@ -76,10 +77,7 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
         board = _active()
         if board is None:
             return original(transport, request)
-        from pytest_laya.intercept.switchboard import _MOCK_HANDLER, _TRANSPORT
-
-        tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(False)
-        try:
+        with transport_running(transport, False):
             body = b"".join(request.stream)
             request.stream = httpx.ByteStream(body)
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
@@ -94,9 +92,6 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
             response.stream = httpx.ByteStream(content)
             route.append(ours_, _serialized(response, content))
             return response
-        finally:
-            _MOCK_HANDLER.reset(tokens[1])
-            _TRANSPORT.reset(tokens[0])
     return handle_request
 
 
@@ -105,10 +100,7 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
         board = _active()
         if board is None:
             return await original(transport, request)
-        from pytest_laya.intercept.switchboard import _MOCK_HANDLER, _TRANSPORT
-
-        tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(False)
-        try:
+        with transport_running(transport, False):
             body = b"".join([part async for part in request.stream])
             request.stream = httpx.ByteStream(body)
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
@@ -123,9 +115,6 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
             response.stream = httpx.ByteStream(content)
             route.append(ours_, _serialized(response, content))
             return response
-        finally:
-            _MOCK_HANDLER.reset(tokens[1])
-            _TRANSPORT.reset(tokens[0])
     return handle_async_request
 
 

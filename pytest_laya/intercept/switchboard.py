@@ -24,12 +24,13 @@ switching routes, not for building vcrpy's patchers (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+from pytest_laya.intercept.mocks import MOCK_HANDLER, TRANSPORT, answered_by_a_mock
 
 __all__ = ["NetworkBlocked", "Route", "Switchboard", "answered_by_a_mock", "host_of"]
 
@@ -127,31 +128,6 @@ _NETWORK = _Network()
 #: vcrpy, which loads them), requests are routed through vcrpy's patches.
 _ONLY_VCRPY_PATCHES = ("vcr", "aiohttp", "tornado", "httplib2", "botocore", "boto3", "httpx2", "httpx_curl_cffi",
                        "pyreqwest")
-
-#: The httpx transport whose handler is running (set around vcrpy's httpx stubs), and whether
-#: that handler is a mock library's rather than httpx's own.
-_TRANSPORT: contextvars.ContextVar[Any] = contextvars.ContextVar("pytest_laya_transport", default=None)
-_MOCK_HANDLER: contextvars.ContextVar[bool] = contextvars.ContextVar("pytest_laya_mock_handler", default=False)
-#: httpx transports that answer in memory, never from the network.
-_IN_MEMORY_TRANSPORTS = ("MockTransport", "ASGITransport", "WSGITransport")
-
-
-def answered_by_a_mock() -> bool:
-    """Whether the request being routed is answered in memory by another library: an httpx
-    `MockTransport` (respx's and pytest-httpx's included) or ASGI/WSGI app, a mock library's
-    handler in place of httpx's own (pytest-httpx), or httpcore under an active respx router."""
-    transport = _TRANSPORT.get()
-    if transport is None:
-        return False
-    if _MOCK_HANDLER.get():
-        return True
-    if any(cls.__name__ in _IN_MEMORY_TRANSPORTS and cls.__module__.split(".")[0] in ("httpx", "httpx2")
-           for cls in type(transport).__mro__):
-        return True
-    respx = sys.modules.get("respx.mocks")
-    registry = getattr(getattr(respx, "Mocker", None), "registry", None) or {}
-    return any(getattr(mocker, "routers", None) for mocker in registry.values())
-
 
 class _Mocked(_Network):
     """A request another mock library answers: it goes through, and its answer is handed to `check`."""
@@ -411,21 +387,21 @@ class _HttpxPatch(_AttributePatch):
             stub = self.new
         if self.attribute == "handle_async_request":
             async def handle_async_request(transport: Any, request: Any) -> Any:
-                tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(mock_handler)
+                tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mock_handler)
                 try:
                     return await stub(transport, request)
                 finally:
-                    _MOCK_HANDLER.reset(tokens[1])
-                    _TRANSPORT.reset(tokens[0])
+                    MOCK_HANDLER.reset(tokens[1])
+                    TRANSPORT.reset(tokens[0])
             return handle_async_request
 
         def handle_request(transport: Any, request: Any) -> Any:
-            tokens = _TRANSPORT.set(transport), _MOCK_HANDLER.set(mock_handler)
+            tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mock_handler)
             try:
                 return stub(transport, request)
             finally:
-                _MOCK_HANDLER.reset(tokens[1])
-                _TRANSPORT.reset(tokens[0])
+                MOCK_HANDLER.reset(tokens[1])
+                TRANSPORT.reset(tokens[0])
         return handle_request
 
 
