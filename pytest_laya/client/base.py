@@ -32,6 +32,7 @@ from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.health import Health
 from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.questions import Questions
+from pytest_laya.wire.redaction import MASK
 from pytest_laya.wire.routes import HEALTH_PATH
 
 
@@ -95,7 +96,7 @@ class ClientBase:
     def __repr__(self) -> str:
         if "settings" not in self.__dict__:  # a traceback from inside __init__ prints it too
             return f"<{type(self).__name__}, not configured>"
-        key = ", api_key=***" if self.settings.api_key else ""
+        key = f", api_key={MASK}" if self.settings.api_key else ""
         settings = self.settings
         return (f"{type(self).__name__}({settings.shown_url!r}, model={settings.model!r}{key}, "
                 f"timeout_s={settings.timeout_s:g})")

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, written_by_pytest_laya
+from pytest_laya.wire.redaction import MASK
 
 __all__ = ["CassetteStore", "StoreError", "pull", "push", "shown_url", "local_cassettes"]
 
@@ -57,10 +58,10 @@ def _scrubbed(text: str, url: str) -> str:
     parts = urlsplit(url)
     for secret in (parts.password, parts.username):
         if secret:
-            text = text.replace(secret, "***")
+            text = text.replace(secret, MASK)
     for name, value in os.environ.items():
         if len(value) >= 8 and any(word in name.upper() for word in _SECRET_WORDS):
-            text = text.replace(value, "***")
+            text = text.replace(value, MASK)
     return text
 
 

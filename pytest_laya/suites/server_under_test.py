@@ -37,6 +37,7 @@ from pytest_laya.suites.behaviour import Tolerance
 from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.wire.problems import printable
+from pytest_laya.wire.redaction import MASK
 from pytest_laya.wire.requests import MAX_BODY_BYTES
 from pytest_laya.wire.spec_name import SpecName
 from pytest_laya.wire.urls import redact_url
@@ -334,7 +335,7 @@ class ServerUnderTest:
 
     def redact(self, text: str) -> str:
         for secret in self._secrets:
-            text = text.replace(secret, "***")
+            text = text.replace(secret, MASK)
         return text
 
     def describe(self, exchange: Exchange) -> str:
