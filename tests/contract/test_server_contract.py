@@ -44,7 +44,7 @@ from pytest_laya.wire.decision import Choice, Noul, Score
 from pytest_laya.wire.exchange import Exchange
 from tests.contract.server_twins import KEY as TWIN_KEY
 from tests.contract.server_twins import SERVER_CHOSEN_ID, SERVER_TWINS, answering
-from tests.helpers.pytester_runs import run
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
 from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
 
 KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
@@ -159,15 +159,18 @@ def test_with_an_api_key_every_check_runs_and_the_key_is_never_shown(pytester, r
     assert sorted(notes) == ["behaviour measured", "server contract"]  # no target gaps
 
 
-# -- (b) laya-serve 0.4.15: the current contract, the target gaps listed -------------------
+# -- (b) laya-serve 0.4.15 through python -m pytest_laya check URL, no --spec: held to the current
+# spec (it claims none), its target gaps listed. One contract run per configuration (each is
+# seconds of real inference); the explicit --laya-spec choice is test_the_summary_says_which_spec_*'s.
 
-def test_laya_serve_meets_the_current_contract_and_its_target_gaps_are_listed(pytester, laya_serve):
-    result = run_suite(pytester, "--laya-mode=live", f"--laya-url={laya_serve.url}", "--laya-spec=current",
-                       f"--laya-api-key={KEY}", "-rx")
+@pytest.mark.parametrize("which", ["laya_serve", "laya_serve_strict"])
+def test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_target_gaps(pytester, request, which):
+    server = request.getfixturevalue(which)
+    result = check_command(pytester, server.url, "-rx")
     result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS) - REPLICA_CHECKS, xfailed=len(LAYA_SERVE_GAPS),
                            skipped=REPLICA_CHECKS)
     result.stdout.fnmatch_lines([
-        f"  live {laya_serve.url} held to the current spec (chosen with --laya-spec); limits: *",
+        f"  live {server.url} held to the current spec (it claims none, with no Laya-Spec header and no \"spec\" in /health); *",
         "target gaps: behaviours only the target spec asks for (their checks xfailed):",
         *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
         "target gaps: target-spec rules these responses broke:",
@@ -177,28 +180,12 @@ def test_laya_serve_meets_the_current_contract_and_its_target_gaps_are_listed(py
         "  behaviour tolerance: 0.0001 (no precision named: float32's, but answers rounded to 4 decimals move by "
         "one step of their last digit)",
         "conformance (each server's responses, against each spec):",
-        f"  live {laya_serve.url}*current  operations 3/3, headers 7/7, 0 violations in * responses",
-        f"  live {laya_serve.url}*target   operations 0/3*",
+        f"  live {server.url}*current  operations 3/3, headers 7/7, 0 violations in * responses",
+        f"  live {server.url}*target   operations 0/3*",
     ])
     result.stdout.fnmatch_lines([f"XFAIL *{name} - target gap: *" for name in LAYA_SERVE_GAPS])
     result.stdout.fnmatch_lines(["*test_a_body_that_is_not_json_media_is_a_415: a JSON body sent as Content-Type: "
                                  "text/plain: answered 200; the target asks for 415 unsupported_media_type"])
-    assert KEY not in result.stdout.str() + result.stderr.str()
-
-
-# -- (b') python -m pytest_laya check URL, no --spec: each server held to the spec it claims --
-
-@pytest.mark.parametrize("which", ["laya_serve", "laya_serve_strict"])
-def test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_target_gaps(pytester, request, which):
-    server = request.getfixturevalue(which)
-    result = check_command(pytester, server.url)
-    result.assert_outcomes(passed=CHECKS - len(LAYA_SERVE_GAPS) - REPLICA_CHECKS, xfailed=len(LAYA_SERVE_GAPS),
-                           skipped=REPLICA_CHECKS)
-    result.stdout.fnmatch_lines([
-        f"  live {server.url} held to the current spec (it claims none, with no Laya-Spec header and no \"spec\" in /health); *",
-        "target gaps: behaviours only the target spec asks for (their checks xfailed):",
-        *[f"  {name}: *" for name in LAYA_SERVE_GAPS],
-    ])
     assert KEY not in result.stdout.str() + result.stderr.str()
 
 
@@ -784,7 +771,7 @@ def test_a_failed_check_is_named_with_its_reason_in_80_columns_and_the_servers_b
         return response
 
     with ScriptedServer(default=raw_bytes_for_bad_json) as broken:
-        result = pytester.runpytest_subprocess(*pytest_arguments(broken.url, extra=[*workers, "-k", "malformed_json"]))
+        result = pytester.runpytest(*pytest_arguments(broken.url, extra=[*WITHOUT_UNUSED_PLUGINS, *workers, "-k", "malformed_json"]))
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     summary = out.split("short test summary info")[1].splitlines()[1:]
@@ -812,7 +799,7 @@ def test_a_spec_failure_in_check_summary_shows_its_violations_not_only_the_line_
         return response
 
     with ScriptedServer(default=noul_out_of_range) as broken:
-        result = pytester.runpytest_subprocess(*pytest_arguments(broken.url, extra=["-k", "every_question_in_order"]))
+        result = pytester.runpytest(*pytest_arguments(broken.url, extra=["-k", "every_question_in_order"]))
     summary = result.stdout.str().split("short test summary info")[1].splitlines()[1:]
     assert summary[0].endswith("FAILED test_a_decision_answers_every_question_in_order")
     reason = " ".join(line.strip() for line in summary[1:] if not line.startswith("="))

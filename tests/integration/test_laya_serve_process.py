@@ -44,14 +44,19 @@ def test_importing_the_launcher_imports_no_heavy_library() -> None:
 
 
 @needs_laya
-def test_serves_health_and_a_choice_then_stops() -> None:
-    server = LayaServeProcess(embedded_checkpoint_dir())
+def test_serves_health_and_a_choice_with_its_key_enforced_and_never_logged_then_stops() -> None:
+    # One process for both (a start is seconds of CPU): a keyed server serves and stops as an open one does.
+    server = LayaServeProcess(embedded_checkpoint_dir(), api_key=API_KEY)
     with server:
         assert server.url.startswith("http://127.0.0.1:")
-        health = httpx.get(server.url + "/health", timeout=10)
+        auth = {"Authorization": "Bearer " + API_KEY}
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200  # liveness needs no key
+        health = httpx.get(server.url + "/health", timeout=10, headers=auth)
         assert health.status_code == 200
         assert health.json()["loaded"] == ["tiny"]
-        answer = httpx.post(server.url + "/v1/systemone", json=CHOICE, timeout=30)
+        denied = httpx.post(server.url + "/v1/systemone", json=CHOICE, timeout=30)
+        assert denied.status_code == 401
+        answer = httpx.post(server.url + "/v1/systemone", json=CHOICE, timeout=30, headers=auth)
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert set(body["answers"]["department"]["probabilities"]) == {"billing", "technical"}
@@ -64,16 +69,6 @@ def test_serves_health_and_a_choice_then_stops() -> None:
     with pytest.raises(httpx.TransportError):
         httpx.get(server.url + "/health", timeout=2)
     assert "Uvicorn running on http://127.0.0.1:" in server.log
-
-
-@needs_laya
-def test_api_key_is_enforced_and_never_logged() -> None:
-    with LayaServeProcess(embedded_checkpoint_dir(), api_key=API_KEY) as server:
-        denied = httpx.post(server.url + "/v1/systemone", json=CHOICE, timeout=30)
-        assert denied.status_code == 401
-        allowed = httpx.post(server.url + "/v1/systemone", json=CHOICE, timeout=30,
-                             headers={"Authorization": "Bearer " + API_KEY})
-        assert allowed.status_code == 200
     assert API_KEY not in server.log
     assert API_KEY not in repr(server)
 

@@ -27,7 +27,14 @@ def test_decide(laya_client, state):
 
 
 def sub(pytester, *args):
+    """An inner run in a new process: where the controller's own exit and stderr are what is checked."""
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, *args)
+
+
+def on_workers(pytester, *args):
+    """An inner run on two xdist workers, its controller in this process (the workers are new
+    processes either way; a controller process of its own would cost one more pytest start-up)."""
+    return run(pytester, *WITHOUT_UNUSED_PLUGINS, "-n", "2", *args)
 
 
 def record(pytester, laya_serve):
@@ -52,7 +59,7 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
 
     pytester.makepyfile(test_it=TESTS)
     report = pytester.path / "laya.json"
-    recorded = sub(pytester, "-n", "2", "--laya-record", f"--laya-url={laya_serve.url}", f"--laya-report={report}")
+    recorded = on_workers(pytester, "--laya-record", f"--laya-url={laya_serve.url}", f"--laya-report={report}")
     recorded.assert_outcomes(passed=4)
     recorded.stdout.fnmatch_lines(["*cassettes: 4 recorded;*"])
     assert json.loads(report.read_text())["cassettes"]["recorded"] == 4
@@ -67,13 +74,13 @@ def test_recording_and_replaying_on_two_workers(pytester, laya_serve):
     served = len(laya_serve.requests)
 
     # Strict replay on two workers plays every interaction; one process sees the same conformance.
-    two = sub(pytester, "-n", "2", f"--laya-report={report}", "-v")
+    two = on_workers(pytester, f"--laya-report={report}", "-v")
     two.assert_outcomes(passed=4)
     two.stdout.fnmatch_lines(["mode: replay; servers: replay of fake-laya (current spec)",
                               "cassettes: 4 played",
                               "  replay of fake-laya * current  operations 2/2, headers 4/4, 0 violations in 12 responses"])
     merged = json.loads(report.read_text())
-    one = sub(pytester, f"--laya-report={report}")
+    one = run(pytester, f"--laya-report={report}")
     one.assert_outcomes(passed=4)
     single = json.loads(report.read_text())
     assert merged == single
@@ -87,14 +94,14 @@ def test_unused_cassettes_with_workers(pytester, laya_serve):
     old = pytester.path / "cassettes" / "test_it" / "test_decide[five].yaml"
     old.write_bytes((pytester.path / "cassettes" / "test_it" / "test_decide[one].yaml").read_bytes())
     report = pytester.path / "laya.json"
-    full = sub(pytester, "-n", "2", f"--laya-report={report}")
+    full = on_workers(pytester, f"--laya-report={report}")
     full.assert_outcomes(passed=4)
     assert full.ret == 0  # unused cassettes are reported, never a failure
     full.stdout.fnmatch_lines(["unused cassettes: 1 (delete them or run the tests that own them)",
                                "  cassettes/test_it/test_decide[[]five].yaml"])
     assert json.loads(report.read_text())["unused_cassettes"] == ["cassettes/test_it/test_decide[five].yaml"]
     for args in (["-k", "one or two"], ["--deselect", "test_it.py::test_decide[four]"], ["test_it.py::test_decide"]):
-        partial = sub(pytester, "-n", "2", f"--laya-report={report}", *args)
+        partial = on_workers(pytester, f"--laya-report={report}", *args)
         assert partial.ret == 0
         assert "unused cassettes" not in partial.stdout.str()
         assert json.loads(report.read_text())["unused_cassettes"] is None
@@ -105,11 +112,11 @@ def test_a_run_stopped_on_a_worker_reports_no_unused_cassettes(pytester, laya_se
     record(pytester, laya_serve)
     pytester.makepyfile(test_aaa="def test_fails():\n    assert False\n")
     report = pytester.path / "laya.json"
-    stopped = sub(pytester, "-n", "2", "-x", f"--laya-report={report}")
+    stopped = on_workers(pytester, "-x", f"--laya-report={report}")
     assert stopped.ret != 0
     assert "unused cassettes" not in stopped.stdout.str()
     assert json.loads(report.read_text())["unused_cassettes"] is None
-    failing = sub(pytester, "-n", "2", f"--laya-report={report}")  # not stopped: checked, and nothing is unused
+    failing = on_workers(pytester, f"--laya-report={report}")  # not stopped: checked, and nothing is unused
     failing.assert_outcomes(passed=4, failed=1)
     assert json.loads(report.read_text())["unused_cassettes"] == []
 
