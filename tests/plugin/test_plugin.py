@@ -577,10 +577,11 @@ def test_pytest_recording_and_pytest_laya_side_by_side(pytester, laya_serve_like
     replayed.stdout.fnmatch_lines(["*cassettes: 1 played;*"])
     assert len(laya_serve_like.requests) == served
     assert unused_of(report) == []  # pytest-recording's cassette is not pytest-laya's to call unused
-    listed = sub("--fixtures")
+    # Listing runs no test: in process (the runs above are subprocesses, both plugins patching).
+    listed = run(pytester, "--fixtures")
     for name in ("vcr_config", "vcr ", "laya_cassette", "laya_client"):
         listed.stdout.fnmatch_lines([f"{name}*"])
-    markers = sub("--markers")
+    markers = run(pytester, "--markers")
     for name in ("vcr:", "laya("):
         markers.stdout.fnmatch_lines([f"@pytest.mark.{name}*"])
 
