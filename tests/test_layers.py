@@ -165,10 +165,7 @@ def _edges(graph: dict[str, set[str]], modules: dict[str, Path]) -> dict[str, se
 RECORDING = {p.stem: p for p in sorted((ROOT / "cassettes" / "recording").glob("*.py"))}
 RECORDING_GRAPH = {name: _imports(path, name, set(RECORDING)) for name, path in RECORDING.items()}
 #: Circles still being broken, each with its owner; an entry goes when its circle does.
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"pytest_laya.plugin.routes", "pytest_laya.plugin.handle", "pytest_laya.plugin.caught_errors"}):
-        "owner refactoring this turn: h-plugin (the TestRoute the handle and caught errors type against)",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 def _unexplained(groups: list[list[str]]) -> list[str]:

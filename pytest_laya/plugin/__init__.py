@@ -22,7 +22,7 @@ from pytest_laya.plugin.cassette_fixture import cassette_of, find_shared_cassett
 from pytest_laya.plugin.caught_errors import SECTION, caught_section, fail_swallowed
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
-from pytest_laya.plugin.routes import OPEN_ROUTES, ROUTE, TestRoute, open_fake_route
+from pytest_laya.plugin.routes import OPEN_ROUTES, ROUTE, TestRoute, open_fake_route, route_of
 from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
 from pytest_laya.plugin.store import fetch_missing
@@ -208,7 +208,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed:
         item.stash[FAILED] = True
-        caught = caught_section(item.stash.get(OPEN_ROUTES, []), call.excinfo.value if call.excinfo else None)
+        routes: list[TestRoute] = item.stash.get(OPEN_ROUTES, [])
+        caught = caught_section(routes, call.excinfo.value if call.excinfo else None)
         if caught is not None:  # failed for another reason: what the code caught is shown beside it
             report.sections.append((SECTION, caught))
     if report.when == "call" and not report.skipped:  # a test that skipped itself (or xfailed) did not complete
@@ -345,31 +346,21 @@ def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_conf
 
 
 @pytest.fixture
-def _laya_route(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> Iterator[TestRoute]:
-    """The test's route: the one `laya_server` opened, or, when a project overrides `laya_server`
-    with its own server, a capture of that server (checked against its spec, never recorded)."""
-    route = request.node.stash.get(ROUTE, None)
-    if route is not None:
-        yield route
-        return
-    with TestRoute.opened(request, laya_run, server=laya_server) as route:
-        yield route
-
-
-@pytest.fixture
-def laya_url(laya_server: ServerHandle, _laya_route: TestRoute) -> str:
+def laya_url(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> str:
     """The URL of this test's Laya server, for a client of your own (replay: it never opens a socket)."""
+    route_of(request, laya_run, laya_server)
     return laya_server.url
 
 
 @pytest.fixture
-def laya_url_env(request: pytest.FixtureRequest, laya_server: ServerHandle, _laya_route: TestRoute,
-                 laya_run: LayaRun, monkeypatch: pytest.MonkeyPatch) -> ServerHandle:
+def laya_url_env(request: pytest.FixtureRequest, laya_server: ServerHandle, laya_run: LayaRun,
+                 monkeypatch: pytest.MonkeyPatch) -> ServerHandle:
     """Puts this test's Laya URL into ``LAYA_SERVED_URL`` (or the ini's ``laya_url_env``) and its
     API key into ``LAYA_SERVED_API_KEY`` (or the ini's ``laya_api_key_env``; unset when the server
     has none) for the test, for a service that reads them from the environment; returns the
     test's `laya_server` handle (``.url``, ``.calls``, ``.decide()``...). A test that uses
     `laya_proxy` gets the proxy's URL (docs/proxy.md)."""
+    route_of(request, laya_run, laya_server)
     laya_run.export_server(monkeypatch, request.getfixturevalue("laya_proxy")
                            if "laya_proxy" in request.fixturenames else laya_server)
     return laya_server
@@ -387,21 +378,21 @@ def _laya_session_proxy() -> Iterator[SessionProxy]:
 
 
 @pytest.fixture
-def laya_proxy(request: pytest.FixtureRequest, laya_run: LayaRun, _laya_route: TestRoute,
+def laya_proxy(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle,
                _laya_session_proxy: SessionProxy) -> Iterator[LayaProxy]:
     """A real loopback HTTP server (`.url`) standing for this test's Laya server, for a service in
     another process or language: replayed from the test's cassette, recorded into it, forwarded
     (live, fake, verify) and held to the spec exactly as the test's in-process clients are; a
     miss is answered as a ``cassette_miss`` problem and fails the test. `.calls` are the
     route's. Started once per session, switched per test (docs/proxy.md)."""
-    with _laya_session_proxy.serving(_laya_route) as proxy:
+    with _laya_session_proxy.serving(route_of(request, laya_run, laya_server)) as proxy:
         if laya_run.url_env:
             laya_run.export_server(request.getfixturevalue("monkeypatch"), proxy)
         yield proxy
 
 
 @pytest.fixture
-def laya_cassette(_laya_route: TestRoute) -> CassetteHandle | None:
+def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> CassetteHandle | None:
     """This test's cassette (`CassetteHandle`): replayed, recorded, or (verify) the live capture
     compared with it; None for a live, fake or reference server that records nothing.
 
@@ -409,7 +400,8 @@ def laya_cassette(_laya_route: TestRoute) -> CassetteHandle | None:
     spec it claimed, and the weights (`identity`: a response's `served_by`, else the server's
     /health entry for the routed model).
     """
-    return _laya_route.handle if _laya_route.kind != "capture" else None
+    route = route_of(request, laya_run, laya_server)
+    return route.handle if route.kind != "capture" else None
 
 
 @pytest.fixture(autouse=True)
@@ -426,24 +418,27 @@ def _laya_network_guard(request: pytest.FixtureRequest, laya_run: LayaRun) -> It
 
 
 @pytest.fixture
-def laya_client(laya_server: ServerHandle, _laya_route: TestRoute) -> Iterator[ServedLayaClient]:
+def laya_client(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> Iterator[ServedLayaClient]:
     """A `ServedLayaClient` bound to `laya_server` (its responses are checked like any client's)."""
+    route_of(request, laya_run, laya_server)
     with laya_server.client() as client:
         yield client
 
 
 @pytest.fixture
-def laya_model(laya_server: ServerHandle, _laya_route: TestRoute) -> Iterator[ServedLayaModel]:
+def laya_model(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server: ServerHandle) -> Iterator[ServedLayaModel]:
     """The served client as a `DecisionModel` (`ServedLayaModel`), for contract-style tests."""
     from pytest_laya.models import ServedLayaModel
 
+    route_of(request, laya_run, laya_server)
     model = ServedLayaModel(laya_server.url, name=f"served-laya ({laya_server.kind})", api_key=laya_server.api_key,
                             model=laya_server.model)
     yield model
     model.close()
 
 
-async def _async_laya_client(laya_server: ServerHandle, _laya_route: TestRoute) -> AsyncIterator[AsyncServedLayaClient]:
+async def _async_laya_client(request: pytest.FixtureRequest, laya_run: LayaRun,
+                             laya_server: ServerHandle) -> AsyncIterator[AsyncServedLayaClient]:
     """The async twin of `laya_client`: an `AsyncServedLayaClient`, its responses checked the same way.
 
     With pytest-asyncio installed this is a pytest-asyncio fixture, so it works in its strict
@@ -452,6 +447,7 @@ async def _async_laya_client(laya_server: ServerHandle, _laya_route: TestRoute) 
     """
     from pytest_laya.client import AsyncServedLayaClient
 
+    route_of(request, laya_run, laya_server)
     async with AsyncServedLayaClient(laya_server.url, api_key=laya_server.api_key, model=laya_server.model) as client:
         yield client
 

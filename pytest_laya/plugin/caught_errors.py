@@ -8,14 +8,12 @@ failure, so the reason is never lost.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import pytest
 
 from pytest_laya.plugin.markers import marker_options
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_laya.plugin.routes import TestRoute
 
 __all__ = ["SECTION", "caught_section", "fail_swallowed"]
 
@@ -23,11 +21,17 @@ __all__ = ["SECTION", "caught_section", "fail_swallowed"]
 SECTION = "Laya errors the code under test caught"
 
 
+class Route(Protocol):
+    """A test's route (`pytest_laya.plugin.routes.TestRoute`), as far as its caught errors go."""
+
+    def swallowed(self) -> list[BaseException]: ...
+
+
 def _described(errors: list[BaseException]) -> str:
     return "\n".join(f"{type(error).__name__}: {error}" for error in errors)
 
 
-def fail_swallowed(node: pytest.Item, route: TestRoute) -> None:
+def fail_swallowed(node: pytest.Item, route: Route) -> None:
     """Fail the test with the first error raised on `route` that its code caught, unless its
     marker says ``caught_errors='ignore'``. Called when the test's body returns, so the test
     itself fails, and again at teardown for what came later."""
@@ -42,7 +46,7 @@ def fail_swallowed(node: pytest.Item, route: TestRoute) -> None:
                 f"@pytest.mark.laya(caught_errors='ignore')).{more}", pytrace=False)
 
 
-def caught_section(routes: list[TestRoute], raised: BaseException | None) -> str | None:
+def caught_section(routes: Sequence[Route], raised: BaseException | None) -> str | None:
     """What a failed test's routes raised, other than the error it failed with; None if nothing."""
     errors = [error for route in routes for error in route.swallowed() if error is not raised]
     return _described(errors) if errors else None

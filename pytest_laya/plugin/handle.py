@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.health import Health
     from pytest_laya.wire.identity import ServedIdentity
 
-__all__ = ["LayaServer", "in_memory_fake", "skip_scripted_faults"]
+__all__ = ["LayaServer", "skip_scripted_faults"]
 
 
 def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
@@ -44,15 +44,6 @@ def skip_scripted_faults(route: TestRoute, fake: FakeLayaServer) -> None:
             observer(exchange)
 
     laya.observer = unless_scripted
-
-
-def in_memory_fake(request: pytest.FixtureRequest, route: TestRoute) -> Any:
-    """The session's fake as `route`'s answerer, in memory, with the faults this test scripts."""
-    from pytest_laya.fake.in_memory import FaultSteps, InMemoryFake
-
-    route.fake = request.getfixturevalue("_laya_session_fake")
-    route.steps = FaultSteps(route.fake.laya)
-    return InMemoryFake(route.fake.laya, route.steps)
 
 
 class LayaServer:

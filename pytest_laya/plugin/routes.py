@@ -30,7 +30,6 @@ from pytest_laya.plugin.cassette_fixture import (
 )
 from pytest_laya.plugin.caught_errors import fail_swallowed
 from pytest_laya.plugin.freshness import check_freshness
-from pytest_laya.plugin.handle import in_memory_fake
 from pytest_laya.plugin.markers import marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
 from pytest_laya.plugin.store import fail_unfetched, store_recorded
@@ -48,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.intercept.laya_route import LayaRoute
     from pytest_laya.servers.handle import ServerHandle
 
-__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "open_fake_route"]
+__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "open_fake_route", "route_of"]
 
 #: Where a test's route is kept, for the fixtures and hooks that need it; and every route the
 #: test has open (its `laya_server`'s and its `laya_fake_server`'s).
@@ -143,11 +142,19 @@ class TestRoute:
             run.health_of(server)
         handle = route.handle = route._open_handle(request, run, config)
         route.check = SpecCheck(run, route)
-        answerer = in_memory_fake(request, route) if given is None and server.kind == "fake" else handle.cassette
+        answerer = route._in_memory_fake(request) if given is None and server.kind == "fake" else handle.cassette
         route.laya = LayaRoute(answerer, kind="replay" if kind == "replay" else "record",
                                urls=_urls(run, server), observer=route.check, redact=handle.redact)
         handle.calls = route.laya.calls
         return route
+
+    def _in_memory_fake(self, request: pytest.FixtureRequest) -> Any:
+        """The session's fake as this route's answerer, in memory, with the faults this test scripts."""
+        from pytest_laya.fake.in_memory import FaultSteps, InMemoryFake
+
+        self.fake = request.getfixturevalue("_laya_session_fake")
+        self.steps = FaultSteps(self.fake.laya)
+        return InMemoryFake(self.fake.laya, self.steps)
 
     def _open_handle(self, request: pytest.FixtureRequest, run: LayaRun, config: CassetteConfig) -> CassetteHandle:
         from pytest_laya.cassettes import laya_vcr
@@ -274,6 +281,19 @@ def open_fake_route(request: pytest.FixtureRequest, run: LayaRun, url: str) -> c
     spec = (run.spec_document or SpecName.TARGET).value
     server = ServerHandle(url=url, kind="fake", spec=spec, label="laya_fake_server")
     return TestRoute.opened(request, run, server, primary=False)
+
+
+def route_of(request: pytest.FixtureRequest, run: LayaRun, server: ServerHandle) -> TestRoute:
+    """The test's route for a fixture that stands on `laya_server` (`server`): the one it opened,
+    or, when a project overrides `laya_server` with its own server, one opened for that server now
+    (captured and checked, or replayed and recorded as `_choose` says) and closed when the asking
+    fixture is torn down, before the project's server."""
+    route: TestRoute | None = request.node.stash.get(ROUTE, None)
+    if route is None:
+        opened = TestRoute.opened(request, run, server)
+        route = opened.__enter__()
+        request.addfinalizer(lambda: opened.__exit__(None, None, None))
+    return route
 
 
 # -- choosing the server and the route ------------------------------------------------------
