@@ -58,12 +58,20 @@ def is_name(path: JsonPath) -> bool:
 
 def volatile_value(path: JsonPath, value: Any) -> Any:
     """The stored value for the volatile value at `path`, or `KEEP` (see `normalise_volatile`)."""
-    part = decision_part(path)
+    # Called for every value of a body: what cannot be a volatile place is kept before
+    # `decision_part` is worked out (a place's last name is `latency_ms`, a `timing` member's
+    # parent is `timing`, a path field's name is one of `_PATH_FIELDS`).
     if type(value) in (int, float):
+        if not path or not (path[-1] == _LATENCY or (len(path) >= 2 and path[-2] == _TIMING)):
+            return KEEP
+        part = decision_part(path)
         if part == (_LATENCY,) or (len(part) == 2 and part[0] == _TIMING):
             return 0
         return KEEP
-    if not isinstance(value, str) or not part or part[-1] not in _PATH_FIELDS or not _ABSOLUTE.match(value):
+    if not isinstance(value, str) or not path or path[-1] not in _PATH_FIELDS:
+        return KEEP
+    part = decision_part(path)
+    if not part or not _ABSOLUTE.match(value):
         return KEEP
     if len(part) == 1 or (len(part) == 2 and part[0] in _IDENTITY_OBJECTS) or (len(part) == 3 and part[0] == "models"):
         return _local(value)
