@@ -19,11 +19,11 @@ import pytest
 
 from pytest_laya.plugin import interrupts, options, summary
 from pytest_laya.plugin.cassette_fixture import cassette_of, find_shared_cassettes, replays_recorded
-from pytest_laya.plugin.caught_errors import SECTION, caught_section, fail_swallowed
+from pytest_laya.plugin.caught_errors import fail_swallowed
 from pytest_laya.plugin.handle import LayaServer, skip_scripted_faults
 from pytest_laya.plugin.markers import MARKER_HELP, blocks_network, check_test_pins, marker_options, pin_marker_answers
-from pytest_laya.plugin.routes import OPEN_ROUTES, ROUTE, TestRoute, open_fake_route, route_of
-from pytest_laya.plugin.run import CALLED, FAILED, WORKEROUTPUT_KEY, LayaRun
+from pytest_laya.plugin.routes import OPEN_ROUTES, ROUTE, TestRoute, note_outcome, open_fake_route, route_of
+from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
 from pytest_laya.plugin.servers import reference_server, spec_observer
 from pytest_laya.plugin.store import fetch_missing
 from pytest_laya.plugin.switch import FromVcrConfig, routed, vcr_config
@@ -206,23 +206,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.excinfo is not None:
         hide_library_frames(call.excinfo)
     report = yield
-    if report.failed:
-        item.stash[FAILED] = True
-        routes: list[TestRoute] = item.stash.get(OPEN_ROUTES, [])
-        caught = caught_section(routes, call.excinfo.value if call.excinfo else None)
-        if caught is not None:  # failed for another reason: what the code caught is shown beside it
-            report.sections.append((SECTION, caught))
-    if report.when == "call" and not report.skipped:  # a test that skipped itself (or xfailed) did not complete
-        item.stash[CALLED] = True
-    if report.skipped or report.failed:
-        # Skipped or broken, perhaps before reaching its cassette (or before asking for laya_url
-        # with request.getfixturevalue): the test still owns its cassette.
-        run = _run(item.config)
-        if run is not None and run.mode.accounts_cassettes:
-            try:
-                run.used_cassettes.add(cassette_of(item, run))
-            except pytest.UsageError:
-                pass
+    note_outcome(item, call, report, _run(item.config))
     return report
 
 

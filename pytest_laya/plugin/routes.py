@@ -28,7 +28,8 @@ from pytest_laya.plugin.cassette_fixture import (
     pytest_recording_clash,
     replays_recorded,
 )
-from pytest_laya.plugin.caught_errors import fail_swallowed
+from pytest_laya.plugin.caught_errors import SECTION as CAUGHT_SECTION
+from pytest_laya.plugin.caught_errors import caught_section, fail_swallowed
 from pytest_laya.plugin.freshness import check_freshness
 from pytest_laya.plugin.markers import marker_options, pin_marker_answers
 from pytest_laya.plugin.run import CALLED, FAILED, LayaRun
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.intercept.laya_route import LayaRoute
     from pytest_laya.servers.handle import ServerHandle
 
-__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "open_fake_route", "route_of"]
+__all__ = ["OPEN_ROUTES", "ROUTE", "TestRoute", "note_outcome", "open_fake_route", "route_of"]
 
 #: Where a test's route is kept, for the fixtures and hooks that need it; and every route the
 #: test has open (its `laya_server`'s and its `laya_fake_server`'s).
@@ -281,6 +282,27 @@ def open_fake_route(request: pytest.FixtureRequest, run: LayaRun, url: str) -> c
     spec = (run.spec_document or SpecName.TARGET).value
     server = ServerHandle(url=url, kind="fake", spec=spec, label="laya_fake_server")
     return TestRoute.opened(request, run, server, primary=False)
+
+
+def note_outcome(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, run: LayaRun | None) -> None:
+    """What a phase's report means for the test's routes: a failure (the cassette is not saved,
+    and what the code caught is shown beside its own failure), a completed call (only then is a
+    recording saved), and, skipped or failed, that the test still owns its cassette."""
+    if report.failed:
+        item.stash[FAILED] = True
+        routes: list[TestRoute] = item.stash.get(OPEN_ROUTES, [])
+        caught = caught_section(routes, call.excinfo.value if call.excinfo else None)
+        if caught is not None:
+            report.sections.append((CAUGHT_SECTION, caught))
+    if report.when == "call" and not report.skipped:  # a test that skipped itself (or xfailed) did not complete
+        item.stash[CALLED] = True
+    if (report.skipped or report.failed) and run is not None and run.mode.accounts_cassettes:
+        # Perhaps before reaching its cassette (or before asking for laya_url with
+        # request.getfixturevalue): the test still owns it.
+        try:
+            run.used_cassettes.add(cassette_of(item, run))
+        except pytest.UsageError:
+            pass
 
 
 def route_of(request: pytest.FixtureRequest, run: LayaRun, server: ServerHandle) -> TestRoute:
