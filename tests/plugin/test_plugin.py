@@ -586,6 +586,43 @@ def test_pytest_recording_and_pytest_laya_side_by_side(pytester, laya_serve_like
         markers.stdout.fnmatch_lines([f"@pytest.mark.{name}*"])
 
 
+TEST_VCR_FIRST = """
+import os
+import urllib.request
+
+import pytest
+
+
+@pytest.mark.vcr
+@pytest.mark.laya(cassette="refund_laya")
+def test_refund_beside_vcr(laya_client):
+    with urllib.request.urlopen(os.environ["PLAIN_URL"] + "/health") as response:
+        assert b"ok" in response.read()
+    decision = laya_client.decide("I was charged twice.", {"refund": {"type": "noul", "instructions": "Refund?"}})
+    assert 0 <= decision["refund"].p <= 1
+"""
+
+
+def test_the_kits_health_read_never_reaches_a_pytest_recording_cassette(pytester, laya_serve_like, monkeypatch):
+    # The first Laya test of a recording run is marked @pytest.mark.vcr: the kit reads the live
+    # server's /health as the route opens, while pytest-recording's cassette is already in place.
+    # That read (with the API key in its Authorization header) must not land in that cassette.
+    pytest.importorskip("pytest_recording")
+    with FakeLayaServer() as plain:
+        monkeypatch.setenv("PLAIN_URL", plain.url)
+        pytester.makepyfile(test_it=TEST_VCR_FIRST)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS,
+                                               "--laya-record", f"--laya-url={laya_serve_like.url}",
+                                               f"--laya-api-key={CANARY}", "--record-mode=once")
+    result.assert_outcomes(passed=1)
+    vcr_file = pytester.path / "cassettes" / "test_it" / "test_refund_beside_vcr.yaml"
+    assert CANARY not in vcr_file.read_text()
+    assert [i["request"]["uri"] for i in cassette_data(vcr_file)["interactions"]] == [plain.url + "/health"]
+    laya_file = pytester.path / "cassettes" / "refund_laya.yaml"
+    assert CANARY not in laya_file.read_text()
+    assert cassette_data(laya_file)["metadata"]["pytest_laya"]["identity"]  # the /health read still happened
+
+
 def test_one_test_cannot_give_both_plugins_the_same_cassette(pytester, laya_serve_like, monkeypatch):
     pytest.importorskip("pytest_recording")
     monkeypatch.setenv("PLAIN_URL", laya_serve_like.url)
