@@ -177,11 +177,15 @@ class LayaRun:
         if server.url in self._health:
             return self._health[server.url]
         from pytest_laya.cassettes.provenance import HEALTH_TIMEOUT_S
+        from pytest_laya.client.base import ssl_context
+        from pytest_laya.client.unmocked import UnmockedTransport
         from pytest_laya.wire.errors import LayaError
 
         health = None
         try:
-            with self._unrouted(), server.client(timeout_s=HEALTH_TIMEOUT_S) as client:
+            # Past the test's mocks (respx, pytest-httpx) and any other vcrpy cassette.
+            with self._unrouted(), server.client(timeout_s=HEALTH_TIMEOUT_S,
+                                                 transport=UnmockedTransport(ssl_context())) as client:
                 health = client.health()
         except LayaError as exc:
             if exc.status == 404:

@@ -101,3 +101,32 @@ def test_answer_gives_a_complete_valid_body():
                                      json.dumps(body).encode()) == []
     with pytest.raises(FakePinError, match="'nope' is not among its options"):
         answer(QUESTIONS, team="nope")
+
+
+RECORDED_BESIDE_HTTPX_MOCK = """
+import httpx
+import pytest
+
+
+@pytest.mark.httpx_mock(should_mock=lambda request: request.url.path != "/v1/systemone")
+def test_weather_mocked_laya_recorded(httpx_mock, laya_server):
+    httpx_mock.add_response(url="http://weather.test/now", json={"weather": "snow"})
+    assert httpx.get("http://weather.test/now").json() == {"weather": "snow"}
+    headers = {"authorization": f"Bearer {laya_server.api_key.reveal()}"}
+    body = {"state": "Refund me.", "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}
+    response = httpx.post(f"{laya_server.url}/v1/systemone", json=body, headers=headers)
+    assert 0 <= response.json()["answers"]["refund"]["noul"] <= 1
+"""
+
+
+def test_the_kits_health_read_goes_past_pytest_httpx_while_recording(pytester):
+    # Recording opens the test's route with pytest-httpx's mock in place; the kit's own /health
+    # read must reach the server, not the mock (which fails the test for a request nobody registered).
+    from pytest_laya.fake import FakeLayaServer
+    from tests.helpers.pytester_runs import CANARY
+
+    pytester.makepyfile(test_it=RECORDED_BESIDE_HTTPX_MOCK)
+    with FakeLayaServer(flavor="laya-serve-0.4.15", api_key=CANARY) as server:
+        result = run(pytester, "--laya-record", f"--laya-url={server.url}", f"--laya-api-key={CANARY}")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*not expected*")
