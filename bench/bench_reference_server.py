@@ -49,8 +49,9 @@ a ratio reference / laya-serve in the same run:
 
 The floor (c1 cells): laya's own in-process ``laya.load(dir).predict`` of the same bodies, one
 at a time, in a third process (``--floor-worker``) started as the reference server starts
-(its OpenMP spin cap and malloc settings) on the threads the server gives that request: one
-torch thread for one row under 512 tokens, else every core of its budget. It is measured in each
+(its OpenMP spin cap and malloc settings) on the threads the server gives that request: for one
+row, a thread per 1,024 of its tokens (one at laya's 512-token window), for several, every core
+of its budget. It is measured in each
 round after the two servers, once other processes are quiet; the server's overhead is its p50
 minus the floor's.
 
@@ -630,9 +631,12 @@ def floor_worker(checkpoint: str) -> int:
 
 def floor_threads(spec: CellSpec, cores: int) -> int:
     """The torch threads the reference server gives a lone request of `spec` (pytest_laya_reference.cores):
-    one row under laya's window feeds one thread; otherwise its rows use every core."""
-    if spec.questions == 1 and spec.tokens < WINDOW_TOKENS:
-        return 1
+    one row gets a thread per TOKENS_PER_THREAD of its tokens (laya's window cuts it); several
+    rows are split over every core."""
+    from pytest_laya_reference.cores import TOKENS_PER_THREAD
+
+    if spec.questions == 1:
+        return max(1, min(cores, min(spec.tokens, WINDOW_TOKENS) // TOKENS_PER_THREAD))
     return cores
 
 

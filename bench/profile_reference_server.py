@@ -23,12 +23,18 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py server --tokens 512 --questions 4 --concurrency 16 --mixed
     .venv/bin/python bench/profile_reference_server.py rows
     .venv/bin/python bench/profile_reference_server.py threads --tokens 512
+    .venv/bin/python bench/profile_reference_server.py openmp --tokens 512
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
     .venv/bin/python bench/profile_reference_server.py packing
 
 ``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
 passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
 batches of 8 and 16 requests, one question set or 8.
+
+``openmp``: in process, voluntary context switches per ``predict`` of one row on two torch
+threads with one OpenMP team in the process, then once a second living thread has run a
+two-thread pass: libgomp then throttles every team's spinning (``GOMP_SPINCOUNT`` or not) and
+the second thread sleeps and wakes once per parallel region.
 
 ``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
 (``laya.load(dir).predict``, one request at a time, torch's default threads) against the
@@ -195,6 +201,56 @@ def threads(args: argparse.Namespace) -> int:
     return 0
 
 
+def openmp(args: argparse.Namespace) -> int:
+    """Voluntary context switches per two-thread predict (the OpenMP team sleeping and waking):
+    with one team in the process, then once another living thread has run a two-thread pass
+    (its team stays, and libgomp then manages more threads than cores)."""
+    import threading
+
+    import laya
+    import torch
+
+    agent = laya.load(CHECKPOINT, device="cpu")
+    states = bench.sized_states(args.tokens, bench.TokenCounter(CHECKPOINT))
+    questions = bench.question_set(1)
+
+    def sleeps() -> int:
+        total = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as fh:
+                total += sum(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt"))
+        return total
+
+    def measure(label: str) -> None:
+        torch.set_num_threads(2)
+        for state in states[:3]:
+            agent.predict(state, questions)
+        before, walls = sleeps(), []
+        for i in range(args.calls):
+            started = time.perf_counter()
+            agent.predict(states[i % len(states)], questions)
+            walls.append((time.perf_counter() - started) * 1000)
+        print(f"  {label}: {(sleeps() - before) / args.calls:6.1f} sleeps a predict, wall p50 "
+              f"{statistics.median(walls):6.1f} ms")
+
+    print(f"{args.tokens} tokens, 1 question, 2 torch threads; GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '-')}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    measure("one OpenMP team")
+    ran, done = threading.Event(), threading.Event()
+
+    def other() -> None:
+        torch.set_num_threads(2)
+        agent.predict(states[0], questions)
+        ran.set()
+        done.wait()
+
+    threading.Thread(target=other, daemon=True).start()
+    ran.wait()
+    measure("a second team alive")
+    done.set()
+    return 0
+
+
 def engine(args: argparse.Namespace) -> int:
     """Each side in its own process and environment, as the servers run: laya with libgomp's
     default spinning, the engine with the command line's cap (``bound_openmp_spinning``)."""
@@ -331,6 +387,9 @@ def main() -> int:
     t = sub.add_parser("threads", help="in-process predict with 1 and 2 torch threads")
     t.add_argument("--tokens", type=int, default=512)
     t.add_argument("--repeats", type=int, default=4)
+    m = sub.add_parser("openmp", help="in process: OpenMP sleeps per two-thread predict, one team or two")
+    m.add_argument("--tokens", type=int, default=512)
+    m.add_argument("--calls", type=int, default=40)
     e = sub.add_parser("engine", help="in process: laya's predict against the engine, c=1 and loaded")
     e.add_argument("--tokens", type=int, default=512)
     e.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
@@ -346,7 +405,7 @@ def main() -> int:
     for action in e._actions[1:]:
         o._add_action(action)
     args = p.parse_args()
-    return {"server": server, "rows": rows, "threads": threads, "engine": engine, "packing": packing,
+    return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "engine": engine, "packing": packing,
             "_side": one_side}[args.probe](args)
 
 

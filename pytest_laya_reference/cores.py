@@ -35,10 +35,12 @@ __all__ = ["CorePool", "TOKENS_PER_THREAD", "auto_cores", "bound_openmp_spinning
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Padded tokens of a pass per torch thread it may get: a row at laya's default window (512)
-#: feeds two threads, one of 145 tokens (or two, 290) does not (docs/benchmarks.md,
-#: "The figures behind the engine's constants").
-TOKENS_PER_THREAD = 256
+#: Padded tokens of a pass per torch thread it may get: a row at laya's default window (512) runs
+#: on one thread, a pass of 2,048 padded tokens may get two. On a shared machine a lone 512-token
+#: row took 10.8 ms on one thread and 17 to 29 ms on two, whose OpenMP worker slept and woke
+#: about 105 times a pass; quiet, 8.4 against 10.8 (docs/benchmarks.md, "The figures behind the
+#: engine's constants").
+TOKENS_PER_THREAD = 1024
 
 #: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000): the least
 #: of those measured that keeps a two-thread pass near one thread's time on a busy machine
