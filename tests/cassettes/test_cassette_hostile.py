@@ -240,7 +240,8 @@ def test_recording_from_parallel_workers_loses_no_interaction(pytester):
     common = ("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, "-n", "2", f"--laya-cassette-dir={shared}",
               "--laya-spec=target")
     with FakeLayaServer() as server:
-        recorded = pytester.runpytest_subprocess(*common, "--laya-record", f"--laya-url={server.url}")
+        # The controller in process (the workers are new processes either way).
+        recorded = pytester.runpytest(*common, "--laya-record", f"--laya-url={server.url}")
         recorded.assert_outcomes(passed=24)
         assert sum(1 for r in server.requests if r.method == "POST") == 48
     files = sorted(shared.rglob("*"))
@@ -255,7 +256,7 @@ def test_recording_from_parallel_workers_loses_no_interaction(pytester):
         states = [json.loads(i["request"]["body"])["state"] for i in data["interactions"]]
         assert states == [f"{module} case {n}"] * 2, (path, states)  # its own two, nobody else's
     # The server is gone: strict replay on two workers plays every interaction of every file.
-    replayed = pytester.runpytest_subprocess(*common)
+    replayed = pytester.runpytest(*common)
     replayed.assert_outcomes(passed=24)
     replayed.stdout.fnmatch_lines(["*cassettes: 24 played;*"])
 

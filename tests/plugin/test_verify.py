@@ -296,9 +296,8 @@ def test_verify_against_laya_serve_that_loaded_other_models_since_the_recording_
 def test_the_cassette_count_of_a_verify_run_on_workers_is_every_cassette_checked(pytester, fake):
     pytester.makepyfile(test_it=TEST_DECIDE, test_other=TEST_DECIDE)
     run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-api-key={CANARY}").assert_outcomes(passed=2)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS,
-                                           "-n", "2", "--laya-mode=verify", f"--laya-url={fake.url}",
-                                           f"--laya-api-key={CANARY}")
+    result = run(pytester, *WITHOUT_UNUSED_PLUGINS, "-n", "2", "--laya-mode=verify", f"--laya-url={fake.url}",
+                 f"--laya-api-key={CANARY}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*cassettes: 2 verified against the live server (below);*",
                                  "verify: 2 cassettes, 2 of 2 interactions match, 0 cassettes drifted*"])
