@@ -51,7 +51,8 @@ def kind(request):
     return request.param
 
 
-def run(kind, url, **kwargs):
+def decide(kind, url, **kwargs):
+    """One decision through the sync or the async client."""
     if kind == "sync":
         with ServedLayaClient(url, timeout_s=2, **kwargs) as client:
             return client.decide("I was charged twice.", QUESTIONS)
@@ -66,7 +67,7 @@ def run(kind, url, **kwargs):
 def test_an_error_inside_the_send_path_shows_the_key_in_no_frame(kind):
     with ScriptedServer(Respond(200, ANSWER)) as server:
         with pytest.raises(Refused) as info:
-            run(kind, server.url, api_key=KEY, on_exchange=refuse)
+            decide(kind, server.url, api_key=KEY, on_exchange=refuse)
         assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"  # the key was in play
     printed = all_locals(info.value)
     # The frame that used to hold it is there (under mutmut, `_send`'s body runs as
@@ -77,7 +78,7 @@ def test_an_error_inside_the_send_path_shows_the_key_in_no_frame(kind):
 
 def test_a_bad_key_shows_in_no_frame_of_the_config_error(kind):
     with pytest.raises(LayaConfigError) as info:
-        run(kind, "http://127.0.0.1:1", api_key=KEY + "\n")
+        decide(kind, "http://127.0.0.1:1", api_key=KEY + "\n")
     assert info.value.code == "bad_setting"
     assert KEY not in all_locals(info.value)
 
@@ -85,7 +86,7 @@ def test_a_bad_key_shows_in_no_frame_of_the_config_error(kind):
 def test_a_bad_key_from_the_environment_shows_in_no_frame(monkeypatch, kind):
     monkeypatch.setenv("LAYA_SERVED_API_KEY", KEY + "\u00e9")
     with pytest.raises(LayaConfigError) as info:
-        run(kind, "http://127.0.0.1:1")
+        decide(kind, "http://127.0.0.1:1")
     assert KEY not in all_locals(info.value)  # not even in os.environ's repr
 
 
@@ -94,9 +95,9 @@ def test_a_password_in_the_url_is_sent_but_never_shown(kind):
                         ResetBeforeHeaders()) as server:
         url = server.url.replace("http://", f"http://laya:{PASSWORD}@")
         seen = []
-        decision = run(kind, url, on_exchange=seen.append)
+        decision = decide(kind, url, on_exchange=seen.append)
         with pytest.raises(LayaCallError) as info:
-            run(kind, url)
+            decide(kind, url)
         sent = server.requests[0].headers["authorization"]
     assert sent.startswith("Basic ")  # the credentials still reach the server
     assert PASSWORD not in decision.provenance.url and "***@" in decision.provenance.url
@@ -116,7 +117,7 @@ def test_a_config_error_shows_a_password_in_the_url_in_no_frame(kind):
 
 def test_an_api_key_wins_over_a_password_in_the_url(kind):
     with ScriptedServer(Respond(200, ANSWER)) as server:
-        run(kind, server.url.replace("http://", f"http://laya:{PASSWORD}@"), api_key=KEY)
+        decide(kind, server.url.replace("http://", f"http://laya:{PASSWORD}@"), api_key=KEY)
         assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
 
 
