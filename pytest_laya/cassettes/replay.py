@@ -3,7 +3,7 @@
 `open_replay` gives a test's `CassetteHandle` over a `ReplayCassette`. The file's interactions go
 through the same steps vcrpy's load takes with the kit's filters (request ids out of bodies, the
 ignored hosts, the scrubber), then are indexed by `matching.match_key`; the result is cached by
-the file's identity (path, inode, size, mtime) and the scrubbing configuration, so a file read
+the file's identity (path, inode, size, mtime, ctime) and the scrubbing configuration, so a file read
 again costs a stat. Each test gets its own play counts over the shared, read-only interactions.
 
 The cassette answers the switchboard's questions for any request with vcrpy's attributes (the
@@ -115,7 +115,10 @@ def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded 
         return None
     except OSError:
         info = None  # read_cassette says what is wrong
-    key = None if info is None else (str(path), info.st_ino, info.st_size, info.st_mtime_ns, api_key, config)
+    # ctime too, as persist's parse cache: an edit in place that keeps the size and puts the old
+    # mtime back (``cp -p``, a restore) changes only it.
+    key = None if info is None else (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+                                     api_key, config)
     if key is not None:
         with _CACHE_LOCK:
             cached = _CACHE.get(key)

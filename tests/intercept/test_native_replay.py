@@ -141,3 +141,8 @@ def test_a_replay_cassette_is_read_again_when_its_file_changes(tmp_path: Path) -
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     time.sleep(0)
     assert b"0.5" in played()
+    kept = os.stat(path)
+    write(0.6)  # same size, in place, and the old mtime put back (``cp -p``, a restore tool): its ctime tells
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert os.stat(path).st_size == kept.st_size and os.stat(path).st_ino == kept.st_ino
+    assert b"0.6" in played()
