@@ -196,7 +196,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     for opened in list(item.stash.get(OPEN_ROUTES, ())):
         fail_swallowed(item, opened)
     route = item.stash.get(ROUTE, None)
-    if route is not None and route.kind == "replay" and route.handle is not None and route.handle.strict:
+    if route is not None and route.kind.replays and route.handle is not None and route.handle.strict:
         route.handle.check_all_played()
     return result
 
@@ -385,7 +385,7 @@ def laya_cassette(request: pytest.FixtureRequest, laya_run: LayaRun, laya_server
     /health entry for the routed model).
     """
     route = route_of(request, laya_run, laya_server)
-    return route.handle if route.kind != "capture" else None
+    return route.handle if route.kind.uses_cassette_file else None
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.plugin.routes import TestRoute
     from pytest_laya.proxy import ProxyServer, Upstream
+    from pytest_laya.route.modes import RouteKind
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.wire.calls import Calls
 
@@ -34,7 +35,7 @@ class LayaProxy:
 
     url: str
     server: ServerHandle
-    kind: str
+    kind: RouteKind
     route: TestRoute = field(repr=False)
 
     def __repr__(self) -> str:
@@ -74,7 +75,7 @@ class SessionProxy:
         from pytest_laya.proxy import RouteTarget
 
         assert route.laya is not None
-        upstream = None if route.kind == "replay" else self.upstream(route.server.url)
+        upstream = None if route.kind.replays else self.upstream(route.server.url)
         self.server.target = RouteTarget(route.laya, upstream=upstream, origin=route.server.url)
         try:
             yield LayaProxy(url=self.server.url, server=route.server, kind=route.kind, route=route)

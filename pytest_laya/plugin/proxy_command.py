@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_laya.route.modes import Mode
+from pytest_laya.route.modes import Mode, RouteKind
 from pytest_laya.wire.spec_name import SpecName
 
 __all__ = ["add_proxy_parser", "main"]
@@ -112,11 +112,11 @@ class _Standalone:
             cassette = self.handle.cassette
             self.what = f"forwarding to {redact_url(options.upstream)}" + (f", recording into {path}" if record else "")
         recording = self.handle.path if self.handle is not None and self.mode.records else None
-        kind = "replay" if self.mode.replays else "record"
+        kind = RouteKind.REPLAY if self.mode.replays else RouteKind.RECORD
         self.route = TestRoute(nodeid="proxy", server=server, kind=kind,
                                handle=self.handle, cassette_path=recording)
         self.check = SpecCheck(self.run, self.route)
-        self.route.laya = LayaRoute(cassette, kind=kind, catch_all=True,
+        self.route.laya = LayaRoute(cassette, kind=kind.value, catch_all=True,
                                     observer=self.check, redact=self.handle.redact if self.handle else str)
         self.upstream = Upstream(options.upstream) if options.upstream else None
         self.target = RouteTarget(self.route.laya, upstream=self.upstream, origin=server.url)

@@ -37,6 +37,7 @@ from pytest_laya.plugin.store import fail_unfetched, store_recorded
 from pytest_laya.plugin.switch import routed, vcr_config
 from pytest_laya.plugin.verify_mode import verify_route
 from pytest_laya.route.changes import CHANGED_SECTION, changed_answers, shown_path
+from pytest_laya.route.modes import RouteKind
 from pytest_laya.route.provenance import set_recorded_provenance
 from pytest_laya.route.spec_check import SpecCheck
 from pytest_laya.wire.spec_name import SpecName
@@ -68,7 +69,7 @@ class TestRoute:
 
     nodeid: str
     server: ServerHandle
-    kind: str  # replay | record | capture | verify
+    kind: RouteKind
     handle: CassetteHandle | None = None
     laya: LayaRoute | None = None
     cassette_path: Path | None = None
@@ -88,6 +89,9 @@ class TestRoute:
     config: CassetteConfig | None = field(default=None, repr=False)
     #: What became of the cassette once the route closed (`CassetteHandle.finish`; None: none needed).
     outcome: str | None = None
+
+    def __post_init__(self) -> None:
+        self.kind = RouteKind(self.kind)  # given as its string too (the standalone proxy, benchmarks)
 
     @property
     def exchanges(self) -> int:
@@ -127,7 +131,7 @@ class TestRoute:
         from pytest_laya.intercept import LayaRoute
 
         server, kind, path = _choose(request, run, given)
-        if kind == "replay" and path is not None:
+        if kind.replays and path is not None:
             check_freshness(request, run, path)
         route = cls(nodeid=request.node.nodeid, server=server, kind=kind, cassette_path=path, enforce=primary)
         if primary:
@@ -137,14 +141,14 @@ class TestRoute:
             pytest_recording_clash(request, path)
             claim_cassette(request, run, path)
         route.config = config = vcr_config(request)
-        if kind == "record" or (kind in ("verify", "capture") and SpecName.document(server.spec) is None):
+        if kind.records or (kind.captures and SpecName.document(server.spec) is None):
             # The weights' identity and the claimed spec: read once per server and session, before
             # any cassette is in place (and never for a server whose spec is known).
             run.health_of(server)
         handle = route.handle = route._open_handle(request, run, config)
         route.check = SpecCheck(run, route)
         answerer = route._in_memory_fake(request) if given is None and server.kind == "fake" else handle.cassette
-        route.laya = LayaRoute(answerer, kind="replay" if kind == "replay" else "record",
+        route.laya = LayaRoute(answerer, kind="replay" if kind.replays else "record",
                                urls=_urls(run, server), observer=route.check, redact=handle.redact)
         handle.calls = route.laya.calls
         return route
@@ -161,25 +165,25 @@ class TestRoute:
         from pytest_laya.cassettes import laya_vcr
         from pytest_laya.cassettes.replay import native_config, open_replay
 
-        if self.kind == "verify":
+        if self.kind.verifies:
             assert self.cassette_path is not None
             old = laya_vcr(record=False, cassette_dir=None, api_key=run.api_key, strict=False,
                            config=config).open(self.cassette_path)
             self.recorded = list(old.cassette.data) if old.exists else None
-        if self.kind in ("capture", "verify"):
+        if self.kind.captures:
             return _capture(run, config)
         assert self.cassette_path is not None
-        strict = bool(marker_options(request.node).get("strict", run.strict)) and self.kind == "replay"
+        strict = bool(marker_options(request.node).get("strict", run.strict)) and self.kind.replays
         try:
-            if self.kind == "replay" and native_config(config):  # the kit's own replay: no vcrpy
+            if self.kind.replays and native_config(config):  # the kit's own replay: no vcrpy
                 return open_replay(self.cassette_path, api_key=run.api_key, strict=strict,
                                    record_hint=_record_hint(run.url), config=config)
-            handle: CassetteHandle = laya_vcr(record=self.kind == "record", cassette_dir=None, api_key=run.api_key,
+            handle: CassetteHandle = laya_vcr(record=self.kind.records, cassette_dir=None, api_key=run.api_key,
                                               strict=strict, record_hint=_record_hint(run.url),
                                               config=config).open(self.cassette_path)
             return handle
         except Exception:
-            if self.kind == "replay":  # a broken file: counted, so the summary does not say "none used"
+            if self.kind.replays:  # a broken file: counted, so the summary does not say "none used"
                 run.count_cassette("broken")
                 run.tests.append(self.record_of(run, "broken", None))
             raise
@@ -203,9 +207,9 @@ class TestRoute:
         failed = request.node.stash.get(FAILED, False) or not request.node.stash.get(CALLED, False)
         drift = None
         try:
-            if self.kind in ("replay", "record"):
+            if self.kind.finishes_cassette:
                 self._finish_cassette(request, run, failed)
-            if self.kind == "verify" and not failed:
+            if self.kind.verifies and not failed:
                 drift = verify_route(request, run, self)
         finally:
             run.tests.append(self.record_of(run, self.outcome, drift))
@@ -221,15 +225,15 @@ class TestRoute:
 
         handle, path = self.handle, self.cassette_path
         assert handle is not None and path is not None
-        broken = self._before_saving(run) if self.kind == "record" and not failed else None
-        if self.kind == "record" and run.max_age is not None:
+        broken = self._before_saving(run) if self.kind.records and not failed else None
+        if self.kind.records and run.max_age is not None:
             from pytest_laya.cassettes.freshness import today
 
             handle.keep_date_after = (today() - datetime.timedelta(days=run.max_age)).isoformat()
         try:
             outcome = handle.finish(failed=failed)
         except CassetteError:
-            if self.kind == "record":
+            if self.kind.records:
                 self.outcome = "unsaved"
                 run.count_cassette(self.outcome)
             raise
@@ -239,7 +243,7 @@ class TestRoute:
         run.count_cassette(outcome)
         if broken is not None and outcome == "written":
             run.note("broken cassettes replaced by this recording", f"{shown_path(handle.path)}: {broken}")
-        if self.kind == "record":
+        if self.kind.records:
             store_recorded(request, run, path, outcome)
 
     def _before_saving(self, run: LayaRun) -> str | None:
@@ -261,7 +265,7 @@ class TestRoute:
         return {
             "test": self.nodeid,
             "server": run.server_label(self.server),
-            "route": self.kind,
+            "route": self.kind.value,
             "cassette": str(self.cassette_path) if self.cassette_path is not None else None,
             "outcome": outcome,
             "exchanges": self.exchanges,
@@ -321,7 +325,7 @@ def route_of(request: pytest.FixtureRequest, run: LayaRun, server: ServerHandle)
 # -- choosing the server and the route ------------------------------------------------------
 
 def _choose(request: pytest.FixtureRequest, run: LayaRun,
-            given: ServerHandle | None = None) -> tuple[ServerHandle, str, Path | None]:
+            given: ServerHandle | None = None) -> tuple[ServerHandle, RouteKind, Path | None]:
     """(the server, the route kind, the cassette file or None) for this test.
 
     `given` is a project's own `laya_server`: of kind ``live`` (or ``replay``) the mode applies to
@@ -331,20 +335,20 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
 
     wanted = marker_options(request.node).get("server")
     if given is not None and given.kind not in ("live", "replay"):
-        return given, "capture", None
+        return given, RouteKind.CAPTURE, None
     if given is None and (wanted == "fake" or (wanted is None and run.mode.fakes)):
         fake = request.getfixturevalue("_laya_session_fake")
         pin_marker_answers(request, fake.laya, run)
         return ServerHandle(url=fake.url, kind="fake", spec=(run.spec_document or SpecName.TARGET).value), \
-            "capture", None
+            RouteKind.CAPTURE, None
     if not run.mode.uses_cassette_file:
-        return given or _live_handle(request, run, wanted), "capture", None
+        return given or _live_handle(request, run, wanted), RouteKind.CAPTURE, None
     path = cassette_of(request.node, run)
     if run.store is not None:
         fail_unfetched(request, path)
     if run.mode.replays or replays_recorded(run, path):  # --laya-record=missing: a readable cassette replays
-        return _replay_handle(run, path) if given is None else given, "replay", path
-    return given or _live_handle(request, run, wanted), ("record" if run.mode.records else "verify"), path
+        return _replay_handle(run, path) if given is None else given, RouteKind.REPLAY, path
+    return given or _live_handle(request, run, wanted), RouteKind.RECORD if run.mode.records else RouteKind.VERIFY, path
 
 
 def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pytest_laya.wire.text_enum import TextEnum
 
-__all__ = ["Mode", "RecordMode"]
+__all__ = ["Mode", "RecordMode", "RouteKind"]
 
 
 class Mode(TextEnum):
@@ -100,3 +100,43 @@ class RecordMode(TextEnum):
 
 
 _DOES = {RecordMode.ALL: "refresh every selected test", RecordMode.MISSING: "record only tests without a cassette"}
+
+
+class RouteKind(TextEnum):
+    """What a test's route does with its server's traffic (the report's ``route``)."""
+
+    REPLAY = "replay"  # answered from the cassette, no server reached
+    RECORD = "record"  # sent to the server and saved in the cassette
+    CAPTURE = "capture"  # sent and captured in memory, never saved (live, fake, reference)
+    VERIFY = "verify"  # sent and captured, then compared with the cassette
+
+    @property
+    def replays(self) -> bool:
+        return self is RouteKind.REPLAY
+
+    @property
+    def records(self) -> bool:
+        return self is RouteKind.RECORD
+
+    @property
+    def verifies(self) -> bool:
+        return self is RouteKind.VERIFY
+
+    @property
+    def captures(self) -> bool:
+        """Its exchanges go to an in-memory capture that is never saved."""
+        return self in _CAPTURES
+
+    @property
+    def uses_cassette_file(self) -> bool:
+        """The test has a cassette file: played, written, or compared with."""
+        return self is not RouteKind.CAPTURE
+
+    @property
+    def finishes_cassette(self) -> bool:
+        """The route plays or writes its cassette file itself, and checks or saves it when it closes."""
+        return self in _FINISHES_CASSETTE
+
+
+_CAPTURES = frozenset({RouteKind.CAPTURE, RouteKind.VERIFY})
+_FINISHES_CASSETTE = frozenset({RouteKind.REPLAY, RouteKind.RECORD})

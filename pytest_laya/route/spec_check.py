@@ -17,6 +17,7 @@ from pytest_laya.wire.spec_name import SpecName
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
+    from pytest_laya.route.modes import RouteKind
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.specs.conformance import Conformance
     from pytest_laya.wire.exchange import Exchange
@@ -53,7 +54,7 @@ class RouteView(Protocol):
 
     nodeid: str
     server: ServerHandle
-    kind: str
+    kind: RouteKind
     handle: CassetteHandle | None
     cassette_path: Path | None
     enforce: bool
@@ -123,7 +124,7 @@ class SpecCheck:
         from pytest_laya.specs.conformance import SpecViolationError
 
         route, handle = self.route, self.route.handle
-        replayed = route.kind == "replay" and route.cassette_path is not None
+        replayed = route.kind.replays and route.cassette_path is not None
         enforced = self.run.conformance_mode == "enforce" and route.enforce
         target = handle.shown_target(exchange.url) if handle is not None else exchange.path.split("?", 1)[0]
         error = SpecViolationError(exchange, spec, violations, cassette=str(route.cassette_path) if replayed else None,

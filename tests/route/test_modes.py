@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_laya.plugin.options import MODES, RECORD_MODES, SPECS
-from pytest_laya.route.modes import Mode, RecordMode
+from pytest_laya.route.modes import Mode, RecordMode, RouteKind
 from pytest_laya.wire.spec_name import SpecName
 
 KIT = Path(__file__).resolve().parents[2] / "pytest_laya"
@@ -87,3 +87,19 @@ def test_no_module_compares_a_mode_or_a_spec_name_with_strings():
     """A new mode or record mode is one place: the kit asks the types, never repeats their words."""
     found = [hit for path in sorted(KIT.rglob("*.py")) for hit in _string_comparisons(path)]
     assert found == []
+
+
+ROUTE_TRAITS = {  # kind: (replays, records, verifies, captures, uses_cassette_file, finishes_cassette)
+    "replay": (True, False, False, False, True, True),
+    "record": (False, True, False, False, True, True),
+    "capture": (False, False, False, True, False, False),
+    "verify": (False, False, True, True, True, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUTE_TRAITS))
+def test_each_route_kind_answers_what_the_route_asks(name):
+    kind = RouteKind(name)
+    assert (kind.replays, kind.records, kind.verifies, kind.captures, kind.uses_cassette_file,
+            kind.finishes_cassette) == ROUTE_TRAITS[name]
+    assert set(ROUTE_TRAITS) == set(RouteKind.values())

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_laya.route.modes import RouteKind
 from pytest_laya.route.spec_check import LISTED_VIOLATIONS, SpecCheck
 from pytest_laya.servers.handle import ServerHandle
 from pytest_laya.specs.conformance import Conformance, SpecViolationError
@@ -44,7 +45,7 @@ class Run:
 class Route:
     server: ServerHandle
     nodeid: str = "test_x.py::test_x"
-    kind: str = "capture"
+    kind: RouteKind = RouteKind.CAPTURE
     handle: Any = None
     cassette_path: Path | None = None
     enforce: bool = True
