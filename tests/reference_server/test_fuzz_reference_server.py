@@ -140,6 +140,44 @@ def window_codes(raw: bytes) -> set[str]:
     return set()
 
 
+def _body_state_defects(path: str, body: dict, codes: set[str]) -> None:
+    """The state (or a batch's states) a body carries."""
+    if path.endswith("/batch"):
+        states = body.get("states")
+        if not isinstance(states, list) or not states:
+            codes.add("malformed_request")
+            return
+        if len(states) > LIMITS.max_batch_states:
+            codes.add("too_large")
+        for state in states:
+            _state_defects(state, codes)
+    elif "state" not in body:
+        codes.add("malformed_request")
+    else:
+        _state_defects(body["state"], codes)
+
+
+def _question_defects(questions: dict, codes: set[str]) -> None:
+    if len(questions) > LIMITS.max_questions:
+        codes.add("too_many_questions")
+    spec = Spec.target()
+    for qid, question in questions.items():
+        # The spec's Question schema, plus the one rule it states in prose: an id names a question.
+        if not qid.strip() or spec.schema_violations("#/components/schemas/Question", question):
+            codes.add("invalid_question")
+        elif question.get("type") == "choice" and len(question["criteria"]) > LIMITS.max_options:
+            codes.add("too_large")
+
+
+def _over_token_budget(path: str, body: dict, questions: dict) -> bool:
+    """The spec's Limits.max_request_tokens: states x questions x window (max_len, else 512)."""
+    states = body.get("states") if path.endswith("/batch") else [body.get("state")]
+    window = body.get("max_len") if type(body.get("max_len")) is int and body["max_len"] >= 1 else 512
+    return (isinstance(states, list) and len(states) <= LIMITS.max_batch_states
+            and len(questions) <= LIMITS.max_questions
+            and len(states) * len(questions) * window > LIMITS.max_request_tokens)
+
+
 def expected_codes(path: str, raw: bytes, content_type: str | None) -> set[str]:
     """Every problem code that some defect of this request body justifies (empty: a valid body).
 
@@ -157,40 +195,16 @@ def expected_codes(path: str, raw: bytes, content_type: str | None) -> set[str]:
         return codes | {"malformed_request"}
     if not isinstance(body, dict) or _has_lone_surrogate(body):
         return codes | {"malformed_request"}
-    spec = Spec.target()
     if body.get("model") is not None and body["model"] not in SERVED_MODELS:
         codes.add("unknown_model")
     _control_defects(body, codes)
-    if path.endswith("/batch"):
-        states = body.get("states")
-        if not isinstance(states, list) or not states:
-            codes.add("malformed_request")
-        else:
-            if len(states) > LIMITS.max_batch_states:
-                codes.add("too_large")
-            for state in states:
-                _state_defects(state, codes)
-    elif "state" not in body:
-        codes.add("malformed_request")
-    else:
-        _state_defects(body["state"], codes)
+    _body_state_defects(path, body, codes)
     questions = body.get("questions")
     if not isinstance(questions, dict) or not questions:
         codes.add("malformed_request")
         return codes
-    if len(questions) > LIMITS.max_questions:
-        codes.add("too_many_questions")
-    for qid, question in questions.items():
-        # The spec's Question schema, plus the one rule it states in prose: an id names a question.
-        if not qid.strip() or spec.schema_violations("#/components/schemas/Question", question):
-            codes.add("invalid_question")
-        elif question.get("type") == "choice" and len(question["criteria"]) > LIMITS.max_options:
-            codes.add("too_large")
-    # The spec's Limits.max_request_tokens: states x questions x window (max_len, else 512).
-    states = body.get("states") if path.endswith("/batch") else [body.get("state")]
-    window = body.get("max_len") if type(body.get("max_len")) is int and body["max_len"] >= 1 else 512
-    if (isinstance(states, list) and len(states) <= LIMITS.max_batch_states and len(questions) <= LIMITS.max_questions
-            and len(states) * len(questions) * window > LIMITS.max_request_tokens):
+    _question_defects(questions, codes)
+    if _over_token_budget(path, body, questions):
         codes.add("too_large")
     return codes
 
