@@ -263,6 +263,10 @@ class Switchboard:
         if self._patchers is None:
             from vcr.patch import CassettePatcherBuilder
 
+            from pytest_laya.intercept import httpx_originals
+
+            httpx_originals.restore()  # vcrpy may have been loaded under a test's mock library
+
             self._patchers = [_attribute_patch(p, self) for p in CassettePatcherBuilder(self).build()]
         return self._patchers
 

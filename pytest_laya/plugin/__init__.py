@@ -187,6 +187,14 @@ class _Progress:
         self.run.ran_tests.append(nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture: httpx's own handlers, kept for vcrpy (a test's mock library may patch them).
+    from pytest_laya.intercept import httpx_originals
+
+    httpx_originals.note()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     # An error the test's code swallowed, and unplayed interactions, fail the test itself (not its

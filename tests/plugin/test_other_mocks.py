@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.pytester_runs import run
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
 
 pytest_plugins = ["pytester"]
 
@@ -130,3 +130,27 @@ def test_the_kits_health_read_goes_past_pytest_httpx_while_recording(pytester):
         result = run(pytester, "--laya-record", f"--laya-url={server.url}", f"--laya-api-key={CANARY}")
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*not expected*")
+
+
+PYTEST_HTTPX_THEN_RESPX = """
+import httpx
+
+
+def test_a_pytest_httpx(httpx_mock):
+    httpx_mock.add_response(url="http://weather.test/now", json={"weather": "snow"})
+    assert httpx.get("http://weather.test/now").json() == {"weather": "snow"}
+
+
+def test_b_respx(respx_mock):
+    respx_mock.get("http://weather.test/now").respond(json={"weather": "rain"})
+    assert httpx.get("http://weather.test/now").json() == {"weather": "rain"}
+"""
+
+
+def test_vcrpy_loaded_under_pytest_httpx_keeps_httpx_own_handler(pytester):
+    # The kit loads vcrpy in the first test that needs its patches: here one with pytest-httpx's
+    # mock in place. vcrpy must not keep that mock as httpx's handler for the tests after it.
+    # A new process: this one has loaded vcrpy already.
+    pytester.makepyfile(test_it=PYTEST_HTTPX_THEN_RESPX)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS)
+    result.assert_outcomes(passed=2)
