@@ -389,20 +389,30 @@ class _HttpxPatch(_AttributePatch):
             stub = wrap(self.switchboard, current, self.library)
         else:
             stub = self.new
+
+        def chosen(request: Any) -> tuple[Any, bool]:
+            # A Laya server's own requests go past the mock library in every mode (its route
+            # answers, records or forwards them), as they do in replay, where the route answers first.
+            if mock_handler and self.switchboard.claims_host(host_of(str(request.url))):
+                return self.new, False
+            return stub, mock_handler
+
         if self.attribute == "handle_async_request":
             async def handle_async_request(transport: Any, request: Any) -> Any:
-                tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mock_handler)
+                handler, mocked = chosen(request)
+                tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mocked)
                 try:
-                    return await stub(transport, request)
+                    return await handler(transport, request)
                 finally:
                     MOCK_HANDLER.reset(tokens[1])
                     TRANSPORT.reset(tokens[0])
             return handle_async_request
 
         def handle_request(transport: Any, request: Any) -> Any:
-            tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mock_handler)
+            handler, mocked = chosen(request)
+            tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mocked)
             try:
-                return stub(transport, request)
+                return handler(transport, request)
             finally:
                 MOCK_HANDLER.reset(tokens[1])
                 TRANSPORT.reset(tokens[0])

@@ -154,3 +154,30 @@ def test_vcrpy_loaded_under_pytest_httpx_keeps_httpx_own_handler(pytester):
     pytester.makepyfile(test_it=PYTEST_HTTPX_THEN_RESPX)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS)
     result.assert_outcomes(passed=2)
+
+
+LAYA_BESIDE_PLAIN_HTTPX_MOCK = """
+import httpx
+
+
+def test_weather_mocked(httpx_mock, laya_server):
+    httpx_mock.add_response(url="http://weather.test/now", json={"weather": "snow"})
+    assert httpx.get("http://weather.test/now").json() == {"weather": "snow"}
+    body = {"state": "Refund me.", "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}
+    response = httpx.post(f"{laya_server.url}/v1/systemone", json=body)
+    assert 0 <= response.json()["answers"]["refund"]["noul"] <= 1
+    assert len(laya_server.calls) == 1
+"""
+
+
+def test_a_laya_servers_requests_go_past_pytest_httpx_in_every_mode(pytester):
+    # pytest-httpx mocks another host; the test's Laya requests go to its route, not to the mock,
+    # when recording and live as in replay (where the route answers before the mock is asked).
+    from pytest_laya.fake import FakeLayaServer
+
+    pytester.makepyfile(test_it=LAYA_BESIDE_PLAIN_HTTPX_MOCK)
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as server:
+        run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
+        run(pytester, "--laya-mode=live", f"--laya-url={server.url}").assert_outcomes(passed=1)
+        assert [r.path for r in server.requests].count("/v1/systemone") == 2
+    run(pytester).assert_outcomes(passed=1)
