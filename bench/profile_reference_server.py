@@ -24,6 +24,7 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py rows
     .venv/bin/python bench/profile_reference_server.py threads --tokens 512
     .venv/bin/python bench/profile_reference_server.py openmp --tokens 512
+    .venv/bin/python bench/profile_reference_server.py overhead --sizes 64,512,2048 --questions 1,4,12
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
     .venv/bin/python bench/profile_reference_server.py packing
 
@@ -35,6 +36,11 @@ batches of 8 and 16 requests, one question set or 8.
 threads with one OpenMP team in the process, then once a second living thread has run a
 two-thread pass: libgomp then throttles every team's spinning (``GOMP_SPINCOUNT`` or not) and
 the second thread sleeps and wakes once per parallel region.
+
+``overhead``: the reference server against its floor, taking turns request by request (so both
+meet the same load): one request to the server, then laya's in-process ``predict`` of the same
+body in this process, set up as the server is and on the threads the server gives it; p50 of
+each, the difference, and the server's queue, engine and the rest from ``Server-Timing``.
 
 ``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
 (``laya.load(dir).predict``, one request at a time, torch's default threads) against the
@@ -251,6 +257,76 @@ def openmp(args: argparse.Namespace) -> int:
     return 0
 
 
+def overhead(args: argparse.Namespace) -> int:
+    """The server against its floor, one request each in turn: a request to the reference server
+    (one client, keep-alive), then laya's in-process predict of the same body in this process,
+    set up as the server sets itself up and on the threads the server gives that request. Taking
+    turns puts both under the same load; Server-Timing splits the server's time into the queue,
+    the engine and the rest (HTTP, parsing, thread handoffs)."""
+    import json
+    import re
+    import socket
+
+    from pytest_laya_reference.cores import auto_cores, bound_openmp_spinning
+    from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
+
+    cap_malloc_arenas()
+    keep_freed_heap()
+    bound_openmp_spinning()
+    import laya
+    import torch
+
+    agent = laya.load(CHECKPOINT, device="cpu")
+    counter = bench.TokenCounter(CHECKPOINT)
+    print(f"{args.calls} requests a cell, taking turns; load average {os.getloadavg()[0]:.2f}")
+    with bench.ReferenceProcess(["--max-concurrent", "32"], None, None) as ref:
+        host = ref.url.split("://", 1)[1]
+        name, port = host.rsplit(":", 1)
+        sock = socket.create_connection((name, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def post(body: bytes) -> tuple[float, float]:
+            sock.sendall(f"POST /v1/systemone HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            timing = re.search(rb"(?i)server-timing: queue;dur=([\d.]+), infer;dur=([\d.]+)", head)
+            return (float(timing.group(1)), float(timing.group(2))) if timing else (0.0, 0.0)
+
+        for tokens in args.sizes:
+            states = bench.sized_states(tokens, counter)
+            for nq in args.questions:
+                bodies = bench.request_bodies(states, nq, 1)
+                decisions = [json.loads(b) for b in bodies]
+                spec = bench.CellSpec(tokens, nq, "c1")
+                torch.set_num_threads(bench.floor_threads(spec, auto_cores() or 1))
+                server_ms, floor_ms, infer_ms, queue_ms = [], [], [], []
+                for i in range(args.calls + 5):
+                    started = time.perf_counter()
+                    queue, infer = post(bodies[i % len(bodies)])
+                    took = (time.perf_counter() - started) * 1000
+                    started = time.perf_counter()
+                    agent.predict(decisions[i % len(decisions)]["state"], decisions[i % len(decisions)]["questions"])
+                    floor = (time.perf_counter() - started) * 1000
+                    if i >= 5:
+                        server_ms.append(took)
+                        floor_ms.append(floor)
+                        infer_ms.append(infer)
+                        queue_ms.append(queue)
+                med = statistics.median
+                print(f"  {tokens}t {nq}q: server p50 {med(server_ms):6.2f} ms, floor p50 {med(floor_ms):6.2f} ms "
+                      f"({torch.get_num_threads()} thread(s)), over the floor {med(server_ms) - med(floor_ms):+6.2f} ms; "
+                      f"server's queue {med(queue_ms):.2f}, engine {med(infer_ms):.2f}, "
+                      f"the rest {med(server_ms) - med(infer_ms) - med(queue_ms):.2f} ms; load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+    return 0
+
+
 def engine(args: argparse.Namespace) -> int:
     """Each side in its own process and environment, as the servers run: laya with libgomp's
     default spinning, the engine with the command line's cap (``bound_openmp_spinning``)."""
@@ -390,6 +466,10 @@ def main() -> int:
     m = sub.add_parser("openmp", help="in process: OpenMP sleeps per two-thread predict, one team or two")
     m.add_argument("--tokens", type=int, default=512)
     m.add_argument("--calls", type=int, default=40)
+    v = sub.add_parser("overhead", help="the server against laya's in-process predict, a request each in turn")
+    v.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
+    v.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    v.add_argument("--calls", type=int, default=60)
     e = sub.add_parser("engine", help="in process: laya's predict against the engine, c=1 and loaded")
     e.add_argument("--tokens", type=int, default=512)
     e.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
@@ -405,7 +485,7 @@ def main() -> int:
     for action in e._actions[1:]:
         o._add_action(action)
     args = p.parse_args()
-    return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "engine": engine, "packing": packing,
+    return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
             "_side": one_side}[args.probe](args)
 
 
