@@ -86,3 +86,17 @@ def test_every_recorded_decision_keeps_the_rules():
     assert len(decisions) > 20
     for recording in decisions:
         assert rule_violations(recording.body_bytes, request=recording.request_bytes, path=recording.path) == [], recording.id
+
+
+def test_the_same_answer_is_judged_by_the_request_and_the_spec_of_each_check():
+    """The rules' verdict on one body is reused between the two specs' checks of one exchange,
+    never for another request, path or status with the same body."""
+    response = body(team=TEAM, refund=REFUND)
+    asks_only_team = json.dumps({"state": "s", "questions": {"team": QUESTIONS["team"]}}).encode()
+    for spec in (Spec.current(), Spec.target(), Spec.current()):
+        found = spec.violations("POST", "/v1/systemone", 200, JSON, response, request_body=asks_only_team)
+        assert [v.rule for v in found if v.rule and not v.rule.startswith("#")] == ["answers-asked"]
+    assert rule_violations(response, request=asks_only_team) == [
+        "/body/answers: rule answers-asked: expected answers for ['team'] only, got answers for ['refund']"]
+    assert rule_violations(response) == []
+    assert rule_violations(response, request=asks_only_team, status=201) == []
