@@ -6,6 +6,7 @@ import functools
 import ipaddress
 import os
 import ssl
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -67,6 +68,45 @@ def loopback_direct(url: str) -> dict[str, None]:
     if loopback:
         mounts[f"all://[{host}]" if ":" in host else f"all://{host}"] = None
     return mounts
+
+
+def direct_client(url: str) -> httpx.Client:
+    """``httpx.Client(verify=ssl_context(), mounts=loopback_direct(url))``, the same client with the
+    environment's proxies read once per their values rather than once per client.
+
+    httpx reads them on every ``httpx.Client()`` (urllib's ``getproxies()``: every variable of the
+    environment decoded, each proxy URL and mount pattern parsed), most of what building a client
+    costs; a suite building one per test (`laya_client`) paid it per test. The client is what httpx
+    builds: its own transport, one transport per proxy, the same mounts in the same order.
+    """
+    context = ssl_context()
+    if not sys.platform.startswith("linux"):  # elsewhere urllib also asks the system's settings
+        return httpx.Client(verify=context, mounts=loopback_direct(url))
+    client = httpx.Client(transport=httpx.HTTPTransport(verify=context))
+    client._mounts = {pattern: None if proxy is None else httpx.HTTPTransport(verify=context, proxy=proxy)
+                      for pattern, proxy in _mount_plan(url, _proxy_environment())}
+    return client
+
+
+def _proxy_environment() -> tuple[tuple[bytes, bytes], ...]:
+    """All of the environment urllib's ``getproxies_environment()`` reads on Linux: the ``*_proxy``
+    variables (any case) and whether ``REQUEST_METHOD`` is set (a CGI script ignores HTTP_PROXY)."""
+    found = tuple((name, value) for name, value in os.environb.items() if name[-6:].lower() == b"_proxy")
+    return (*found, (b"REQUEST_METHOD", b"set" if b"REQUEST_METHOD" in os.environb else b""))
+
+
+@functools.lru_cache(maxsize=32)
+def _mount_plan(url: str, environment: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[Any, httpx.Proxy | None], ...]:
+    """(pattern, proxy or None) of each mount httpx gives ``httpx.Client(mounts=loopback_direct(url))``
+    in `environment` (read from os.environ, which it describes), in httpx's order."""
+    from httpx._utils import URLPattern, get_environment_proxies
+
+    del environment  # the cache key
+    plan: dict[Any, httpx.Proxy | None] = {
+        URLPattern(key): None if proxy is None else httpx.Proxy(url=proxy) for key, proxy in get_environment_proxies().items()
+    }
+    plan.update({URLPattern(key): None for key in loopback_direct(url)})
+    return tuple(sorted(plan.items()))
 
 
 class ClientBase:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from pytest_laya.client.base import ClientBase, loopback_direct, ssl_context
+from pytest_laya.client.base import ClientBase, direct_client
 from pytest_laya.client.call import Attempt, BodyCollector, classify_failure, health_from, request_headers
 from pytest_laya.client.policy import Deadline, RetryPolicy, TransportFailure
 from pytest_laya.client.secret import Secret
@@ -233,7 +233,7 @@ class ServedLayaClient(ClientBase):
         super().__init__(url, model=model, api_key=api_key, timeout_s=timeout_s, on_exchange=on_exchange, policy=policy)
         # httpx follows no redirect unless asked: the state and the key never go to a Location.
         if transport is None:
-            self._http = _bound_by_deadline(httpx.Client(verify=ssl_context(), mounts=loopback_direct(self.settings.url)))
+            self._http = _bound_by_deadline(direct_client(self.settings.url))
         else:  # httpx itself then reads no proxy from the environment
             self._http = httpx.Client(transport=transport)
         # The client's own transport bounds every socket operation by the deadline; only a

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from pytest_laya import LayaConfigError, ServedLayaClient
+from pytest_laya.client.base import loopback_direct, ssl_context
 from pytest_laya.client.secret import Secret
 from pytest_laya.client.settings import DEFAULT_TIMEOUT_S, ClientSettings
 from tests.helpers.leaks import URL_UNSAFE_CANARY as KEY
@@ -174,3 +176,25 @@ def test_a_url_that_already_ends_in_a_route_says_to_drop_it(route):
     assert f"it ends in {route.rstrip('/')}, which the client adds itself: drop it" in str(caught.value)
     # A prefix before the routes is a base URL like any other.
     assert ClientSettings.resolve("http://127.0.0.1:8000/gateway", environ={}).url == "http://127.0.0.1:8000/gateway"
+
+
+def _mounts(client: httpx.Client) -> list[tuple[str, object]]:
+    return [(pattern.pattern, None if transport is None else getattr(transport._pool, "_proxy_url", "direct"))
+            for pattern, transport in client._mounts.items()]
+
+
+def test_every_client_follows_the_proxy_environment_of_its_moment_as_httpx_does(proxy_from, monkeypatch):
+    """The proxies are read once per environment, not once per client: a variable set or unset
+    between two clients still reaches the second, with the mounts httpx itself would build."""
+    url = "http://laya.invalid:8080"
+    seen = []
+    for setup in (lambda: None, lambda: proxy_from("http://proxy.invalid:3128"),
+                  lambda: monkeypatch.setenv("no_proxy", "laya.invalid,10.0.0.1"),
+                  lambda: monkeypatch.delenv("HTTP_PROXY")):
+        setup()
+        with ServedLayaClient(url) as client:
+            expected = httpx.Client(verify=ssl_context(), mounts=loopback_direct(url))
+            assert _mounts(client._http) == _mounts(expected)
+            seen.append(_mounts(client._http))
+            expected.close()
+    assert seen[0] != seen[1] != seen[2] != seen[3]
