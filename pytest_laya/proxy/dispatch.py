@@ -37,10 +37,21 @@ def vcr_request(method: str, url: str, headers: list[tuple[str, str]], body: byt
     """The vcrpy `Request` vcrpy's httpx patch makes of the same request (repeated headers joined)."""
     from vcr.request import Request
 
+    return Request(method, url, body, _joined(headers))
+
+
+def native_request(method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Any:
+    """The same request as the kit's `intercept.request.Request`, for the kit's own replay cassette."""
+    from pytest_laya.intercept.request import Request
+
+    return Request(method, url, body, _joined(headers))
+
+
+def _joined(headers: list[tuple[str, str]]) -> dict[str, str]:
     joined: dict[str, str] = {}
     for name, value in headers:
         joined[name] = f"{joined[name]}, {value}" if name in joined else value
-    return Request(method, url, body, joined)
+    return joined
 
 
 def reply_of(response: dict[str, Any]) -> Reply:
@@ -67,7 +78,9 @@ class RouteTarget:
 
         target = incoming.target if incoming.target.startswith("/") else f"/{incoming.target}"
         url = self.upstream.url_of(target) if self.upstream is not None else self.origin + target
-        request = vcr_request(incoming.method, url, incoming.headers, incoming.body)
+        # The kit's own replay cassette takes the kit's request: replay then loads no vcrpy.
+        native = getattr(getattr(self.route, "cassette", None), "laya_native", False)
+        request = (native_request if native else vcr_request)(incoming.method, url, incoming.headers, incoming.body)
         try:
             if self.route.can_play_response_for(request):
                 return reply_of(self.route.play_response(request))

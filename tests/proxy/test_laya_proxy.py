@@ -261,3 +261,43 @@ def test_a_subprocess_service_started_by_a_fixture_records_and_replays(pytester)
     pytester.makepyfile(service=SERVICE, test_it=SERVICE_TEST)
     record_from_fake(pytester)
     run(pytester).assert_outcomes(passed=1)
+
+
+PYTHON_SERVICE_TEST = """
+import json
+import subprocess
+import sys
+
+SERVICE = (
+    "import json, os, urllib.request;"
+    "body = json.dumps({'state': 'Refund me.', 'questions': {'refund': {'type': 'noul', 'instructions': 'Refund?'}}});"
+    "request = urllib.request.Request(os.environ['LAYA_SERVED_URL'] + '/v1/systemone', data=body.encode(),"
+    " headers={'content-type': 'application/json'}, method='POST');"
+    "print(urllib.request.urlopen(request, timeout=30).read().decode())")
+
+
+def test_service(laya_proxy, laya_url_env):
+    done = subprocess.run([sys.executable, "-c", SERVICE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 0 <= json.loads(done.stdout)["answers"]["refund"]["noul"] <= 1
+"""
+
+VCRPY_LOADED = """
+import sys
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line("vcrpy loaded: " + str("vcr" in sys.modules))
+"""
+
+
+def test_a_proxied_replay_loads_no_vcrpy(pytester):
+    # Loaded once, vcrpy turns the kit's own replay off for every later test of the process.
+    pytester.makepyfile(test_it=PYTHON_SERVICE_TEST)
+    with FakeLayaServer() as fake:
+        run(pytester, "--laya-record", f"--laya-url={fake.url}").assert_outcomes(passed=1)
+    pytester.makeconftest(VCRPY_LOADED)
+    replayed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", "-p", "no:schemathesis",
+                                             "-p", "no:hypothesispytest")
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(["vcrpy loaded: False", "*cassettes: 1 played*"])
