@@ -128,16 +128,30 @@ def _control_defects(body: dict, codes: set[str]) -> None:
         codes.add("invalid_request")
 
 
-def window_codes(raw: bytes) -> set[str]:
-    """Refusals a valid body may still get: a token window too small for a question's options
-    is laya's own 422 `invalid_question`, which the oracle cannot foresee without a tokenizer."""
+def laya_only_codes(raw: bytes) -> set[str]:
+    """Refusals a valid body may still get from laya itself, each laya's own 422 `invalid_question`:
+    a token window too small for a question's options (the oracle cannot foresee it without a
+    tokenizer), and list labels that are one answer key to laya though JSON tells them apart
+    (``[false, 0.0]``, ``[true, 1]``: laya keys its answers by the labels as Python values)."""
     try:
         body = json.loads(raw)
     except ValueError:
         return set()
-    if isinstance(body, dict) and (body.get("max_len") is not None or body.get("head_max_len") is not None):
+    if not isinstance(body, dict):
+        return set()
+    if body.get("max_len") is not None or body.get("head_max_len") is not None:
+        return {"invalid_question"}
+    questions = body.get("questions")
+    if isinstance(questions, dict) and any(_labels_collide_in_python(q) for q in questions.values()):
         return {"invalid_question"}
     return set()
+
+
+def _labels_collide_in_python(question: object) -> bool:
+    labels = question.get("criteria") if isinstance(question, dict) else None
+    if not isinstance(labels, list) or not all(isinstance(label, (str, int, float)) for label in labels):
+        return False
+    return len(set(labels)) != len(labels)
 
 
 def _body_state_defects(path: str, body: dict, codes: set[str]) -> None:
@@ -254,7 +268,7 @@ def test_every_response_conforms_and_every_refusal_is_explained(case, reference)
     raw = raw.encode("utf-8") if isinstance(raw, str) else raw
     explained = expected_codes(path, raw, response.request.headers.get("content-type"))
     if not explained:
-        tolerated = window_codes(raw)
+        tolerated = laya_only_codes(raw)
         assert response.status_code == 200 or (response.status_code == 422 and code in tolerated), \
             f"a valid body was refused: {response.text}"
     else:
@@ -304,3 +318,18 @@ def test_the_oracle_puts_media_type_and_json_first():
     assert expected_codes("/v1/systemone", b"{}", "text/plain") == {"unsupported_media_type"}
     assert expected_codes("/v1/systemone", b'{"state": ', "application/json; charset=utf-8") == {"malformed_request"}
     assert expected_codes("/v1/systemone", b'{"state": "\\ud800", "questions": {}}', "application/json") == {"malformed_request"}
+
+
+@pytest.mark.parametrize("labels", [[False, 0.0], [True, 1]])
+def test_labels_that_are_one_key_to_laya_are_its_refusal_and_the_oracle_allows_it(reference, labels):
+    """The target spec tells ``false`` from ``0.0``; laya keys its answers by Python value and
+    refuses them as one repeated label. The oracle must allow that refusal of a valid body."""
+    import httpx
+
+    body = {"state": "A customer writes in.", "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": labels}}}
+    raw = json.dumps(body).encode()
+    assert expected_codes("/v1/systemone", raw, "application/json") == set()
+    response = httpx.post(f"{reference.url}/v1/systemone", content=raw,
+                          headers={"content-type": "application/json"}, timeout=30)
+    assert response.status_code == 422 and response.json()["code"] == "invalid_question", response.text
+    assert laya_only_codes(raw) == {"invalid_question"}
