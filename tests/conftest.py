@@ -21,7 +21,7 @@ import vcr.stubs.requests_stubs  # noqa: F401
 import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
-from tests.helpers.servers import LayaServes
+from tests.helpers.servers import LayaServes, SharedLayaServes
 
 pytest_plugins = ["pytester"]
 
@@ -37,11 +37,26 @@ def proxy_from(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def laya_serves():
-    """`laya_serves(jev_strict=..., api_key=...)`: this process's shared laya-serve of that configuration."""
-    serves = LayaServes()
+def laya_serves(request, tmp_path_factory):
+    """`laya_serves(jev_strict=..., api_key=...)`: the shared laya-serve of that configuration (one
+    per run: under xdist the workers share it, `SharedLayaServes`)."""
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if worker is None:
+        serves = LayaServes()
+    else:
+        # The workers' basetemps are popen-gwN under the controller's, which is the same for all.
+        serves = SharedLayaServes(tmp_path_factory.getbasetemp().parent, worker)
     yield serves
     serves.close()
+
+
+def pytest_sessionfinish(session):
+    """The xdist controller stops any shared laya-serve its workers left (a worker that crashed or
+    was interrupted before its session end); normally there is none."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    SharedLayaServes.stop_leftovers(config._tmp_path_factory.getbasetemp())
 
 
 @pytest.hookimpl(wrapper=True)

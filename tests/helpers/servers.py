@@ -4,8 +4,15 @@ loopback server that never says a word."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -108,3 +115,133 @@ def silent_server() -> Iterator[int]:
         for conn in held:
             conn.close()
         listener.close()
+
+
+class SharedLayaServes:
+    """`LayaServes` for the xdist workers of one run: one laya-serve per configuration for them
+    all, not one per worker.
+
+    `registry_dir` is the run's shared temporary directory (the controller's basetemp). Under a
+    file lock there, the first worker to ask for a configuration starts it and records its port
+    and pid; the others reuse it. Each worker records itself as a user; `close()` (that worker's
+    session end) removes it, and the last user stops the server. `stop_leftovers()` (the
+    controller's session end) stops whatever a worker that died or was interrupted left running.
+    """
+
+    REGISTRY = "laya-serves.json"
+
+    def __init__(self, registry_dir: pathlib.Path, worker: str) -> None:
+        self._dir = registry_dir
+        self._worker = worker
+        self._mine: dict[str, SharedLayaServe] = {}
+        self._started: list[Any] = []  # the LayaServeProcess objects this worker started
+
+    def __call__(self, *, jev_strict: bool = False, api_key: str | None = None) -> SharedLayaServe:
+        # The key's digest, not the key: the registry is a file.
+        digest = hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key is not None else None
+        key = f"strict={jev_strict} key={digest}"
+        if key in self._mine:
+            return self._mine[key]
+        pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
+        with _registry(self._dir) as registry:
+            entry = registry.get(key)
+            if entry is None or not _is_laya_serve(entry["pid"], entry["start"]):
+                entry = self._start(jev_strict, api_key)
+                registry[key] = entry
+            entry["users"] = sorted({*entry["users"], self._worker})
+        self._mine[key] = SharedLayaServe(port=entry["port"], jev_strict=jev_strict, api_key=api_key)
+        return self._mine[key]
+
+    def _start(self, jev_strict: bool, api_key: str | None) -> dict[str, Any]:
+        from pytest_laya.servers.laya_serve import LayaServeProcess
+        from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
+
+        server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
+                                  startup_timeout_s=READY_TIMEOUT_S).start()
+        self._started.append(server)
+        pid = server._proc.pid
+        return {"port": server.port, "pid": pid, "start": _start_time(pid), "users": []}
+
+    def close(self) -> None:
+        """This worker is done with its servers; each one no other worker uses is stopped."""
+        with _registry(self._dir) as registry:
+            for key in self._mine:
+                entry = registry.get(key)
+                if entry is None:
+                    continue
+                entry["users"] = [user for user in entry["users"] if user != self._worker]
+                if not entry["users"]:
+                    _stop_pid(entry["pid"], entry["start"])
+                    del registry[key]
+        for server in self._started:
+            # Reaps the ones stopped above; a server another worker still uses lives on (its pid
+            # is in the registry, for that worker or the controller to stop).
+            if server._proc.poll() is not None:
+                server.stop()
+            elif server._finalizer is not None:
+                server._finalizer.detach()
+
+    @classmethod
+    def stop_leftovers(cls, registry_dir: pathlib.Path) -> list[int]:
+        """Stop every server still in the registry (its users died or were interrupted); their pids."""
+        if not (registry_dir / cls.REGISTRY).exists():
+            return []
+        with _registry(registry_dir) as registry:
+            stopped = [entry["pid"] for entry in registry.values() if _stop_pid(entry["pid"], entry["start"])]
+            registry.clear()
+        return stopped
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedLayaServe:
+    """A laya-serve another worker may have started: what a test needs of it."""
+
+    port: int
+    jev_strict: bool
+    api_key: str | None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def _registry(registry_dir: pathlib.Path) -> Iterator[dict[str, Any]]:
+    """The registry of shared servers, read and written back under an exclusive lock."""
+    import fcntl
+
+    path = registry_dir / SharedLayaServes.REGISTRY
+    with open(registry_dir / (SharedLayaServes.REGISTRY + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        registry = json.loads(path.read_text()) if path.exists() else {}
+        yield registry
+        path.write_text(json.dumps(registry))
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks (with its pid, who it is), None if it is gone."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _is_laya_serve(pid: int, start: int | None) -> bool:
+    return start is not None and _start_time(pid) == start
+
+
+def _stop_pid(pid: int, start: int | None, grace_s: float = 10.0) -> bool:
+    """SIGTERM, then SIGKILL after `grace_s`, the process `pid` if it is still the one that
+    started at `start`; whether it was running."""
+    if not _is_laya_serve(pid, start):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _is_laya_serve(pid, start):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    return True
