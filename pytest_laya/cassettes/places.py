@@ -29,6 +29,10 @@ _PATH_FIELDS = frozenset({"repo", "checkpoint", "checkpoint_dir", "local_dir", "
 _IDENTITY_OBJECTS = frozenset({"routing", "served_by"})
 _ABSOLUTE = re.compile(r"/|[A-Za-z]:[\\/]|\\\\")
 _VOLATILE_MARKERS = (b"latency_ms", b"timing", b"repo", b"checkpoint", b"local_dir", b"model_dir")
+# A path field's name, then a string that may decode to an absolute path (`_ABSOLUTE`): a slash, an
+# escape (``\/``, ``\\``) or a drive letter. JSON's whitespace is within ``\s``.
+_PATH_VALUE = re.compile(rb'"(?:' + b"|".join(re.escape(f.encode()) for f in sorted(_PATH_FIELDS))
+                         + rb')"\s*:\s*"(?:/|\\|[A-Za-z]:)')
 
 
 def decision_part(path: JsonPath) -> JsonPath:
@@ -98,8 +102,17 @@ def normalise_volatile(body: bytes) -> bytes:
 
 
 def may_be_volatile(body: bytes) -> bool:
-    """Whether `body` may hold a volatile place (a quick look at its bytes, before parsing it)."""
-    return bool(body) and any(marker in body for marker in _VOLATILE_MARKERS)
+    """Whether `body` may hold a volatile place (a quick look at its bytes, before parsing it).
+
+    Without a ``\\u`` escape, a member name is spelt as it reads, so a path field can only change
+    where its name is followed by a string that may start an absolute path (``/``, any escape, a
+    drive letter): a decision's usual ``"repo": "org/model"``, not absolute, is not parsed.
+    """
+    if not body:
+        return False
+    if b"\\u" in body:  # a name may be escaped: the markers alone decide, as they always have
+        return any(marker in body for marker in _VOLATILE_MARKERS)
+    return b"latency_ms" in body or b"timing" in body or _PATH_VALUE.search(body) is not None
 
 
 def _local(path: str) -> str:

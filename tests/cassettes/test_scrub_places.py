@@ -185,3 +185,30 @@ def test_a_downstream_decision_named_like_spec_keys_and_the_request_id_replays_a
     served = json.loads((pytester.path / "served.json").read_text())["answers"]["probabilities"]
     assert served["choice"] == "duration_ms" and served["probabilities"]["duration_ms"] == 0.5
     run(pytester).assert_outcomes(passed=1)  # replay: the same decision, compared in the inner test
+
+
+@pytest.mark.parametrize("body", [
+    b'{"routing": {"repo": "org/model"}, "served_by": {"checkpoint": "fake-0"}}',
+    b'{"repo": "/home/me/ckpt"}',
+    b'{"repo" :\n "/home/me/ckpt"}',
+    b'{"repo": "\\/home\\/me"}',
+    b'{"routing": {"repo": "C:\\\\models\\\\m"}}',
+    b'{"routing": {"repo": "\\\\\\\\share\\\\m"}}',
+    b'{"served_by": {"local_dir": "/data/m", "checkpoint_dir": "x"}}',
+    b'{"models": {"m": {"model_dir": "/m"}}}',
+    b'{"re\\u0070o": "/home/me", "checkpoint": "x"}',
+    b'{"text": "{\\"repo\\": \\"/x\\"}", "repo": "org/m"}',
+    b'{"latency_ms": 12, "repo": "org/m"}',
+    b'{"timing": {"infer": 3}}',
+    b'not json "repo": "/x"',
+])
+def test_the_quick_look_passes_over_a_body_only_when_normalising_it_changes_nothing(body):
+    """`may_be_volatile` skips the parse only where it would change nothing: a body it passes over
+    is the same after the full normalisation of every place."""
+    from pytest_laya.cassettes.json_splice import splice
+    from pytest_laya.cassettes.places import may_be_volatile, volatile_value
+
+    spliced = splice(body.decode(), volatile_value)
+    if not may_be_volatile(body):
+        assert spliced is None or spliced == body.decode()
+    assert may_be_volatile(b'{"repo": "/abs"}') and not may_be_volatile(b'{"repo": "org/m"}')
