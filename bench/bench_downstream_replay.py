@@ -372,6 +372,53 @@ def measure(project: Project, rounds: int) -> dict[str, Any]:
     return {"runs": runs, "per_test_ms": per_test, "per_decision_us": per_decision}
 
 
+def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> dict[str, float]:
+    """What parts of one replayed decision cost, in this process (µs a decision, the best of `repeats`
+    passes over the 10-decision laya_own cassettes' interactions):
+
+    - ``read``: reading one recorded interaction, as replay does once per file (the kit's YAML
+      loader, then without request ids, filtered, scrubbed and indexed: ``replay._load``);
+    - ``yaml``: of which the YAML alone;
+    - ``check_both``: the plugin's spec check of its exchange (``Conformance.check``: both specs, for
+      the conformance table), the answer rules included;
+    - ``check_claimed``: the same exchange judged against its claimed spec only (``Spec.judge``),
+      the least a validated replay can cost.
+    """
+    from pytest_laya.cassettes import yaml_loader
+    from pytest_laya.cassettes.config import CassetteConfig
+    from pytest_laya.cassettes.replay import _load
+    from pytest_laya.intercept.laya_route import exchange_of
+    from pytest_laya.specs.conformance import Conformance
+    from pytest_laya.specs.spec import Spec
+
+    folder = project.proj / "cassettes" / f"test_{module_of('laya_own', project.decisions)}"
+    files = sorted(folder.glob("*.yaml"))[:cassettes]
+    texts = [f.read_text(encoding="utf-8") for f in files]
+    config = CassetteConfig()
+    loaded = [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]
+    exchanges = [exchange_of(request, response) for one in loaded for request, response in one.interactions]
+    n = len(exchanges)
+    claimed = Spec.target()
+    tally = Conformance()
+
+    def best(work: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.process_time()
+            work()
+            times.append(time.process_time() - started)
+        return min(times) * 1e6 / n
+
+    return {
+        "decisions": n,
+        "yaml": best(lambda: [yaml_loader.load(t) for t in texts]),
+        "read": best(lambda: [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]),
+        "check_both": best(lambda: [tally.check(e, server="replay", claimed="target") for e in exchanges]),
+        "check_claimed": best(lambda: [claimed.judge(e.method, e.path, e.status, e.headers, e.body,
+                                                     request_body=e.request_body) for e in exchanges]),
+    }
+
+
 def ratios(res: dict[str, Any]) -> dict[str, float]:
     t, d = res["per_test_ms"], res["per_decision_us"]
     out = {}
@@ -441,6 +488,12 @@ def print_report(res: dict[str, Any]) -> None:
     for suite, row in res["per_decision_us"].items():
         print(f"| {LABELS[suite]} | {row['cpu']:.0f} | {row['loop']:.0f} | {row['wall']:.0f} |")
     print()
+    parts = res.get("decision_parts_us")
+    if parts:
+        print(f"parts of one decision, in process (CPU µs, best of 5 over {parts['decisions']} recorded decisions): "
+              f"reading its interaction {parts['read']:.0f} (YAML {parts['yaml']:.0f}); spec check, both specs "
+              f"{parts['check_both']:.0f}, its claimed spec alone {parts['check_claimed']:.0f}")
+        print()
     for line in res["verdicts"]:
         print("- " + line)
     if "profile" in res:
@@ -480,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         res["cassette_bytes"] = project.cassette_bytes
         res.update(measure(project, args.rounds))
         res["ratios"] = ratios(res)
+        res["decision_parts_us"] = decision_parts(project)
         if not args.skip_rss:
             rss: dict[str, Any] = {"tests": args.rss_tests}
             for suite in RSS_SUITES:
