@@ -18,6 +18,7 @@ from pytest_laya.cassettes import use_cassette
 from pytest_laya.contract import decision_problems
 from pytest_laya.models import ServedLayaModel
 from pytest_laya.servers import REPLAY_URL
+from tests.helpers.recorded import YAML_LOADER
 
 SHIPPED = Path(__file__).resolve().parents[2] / "cassettes"
 
@@ -27,7 +28,7 @@ def shipped_decisions() -> list[tuple[Path, int, dict, bool]]:
     recorded 200 decision a client accepts."""
     found = []
     for path in sorted(SHIPPED.rglob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER) or {}
         reads_health = any(i["request"]["uri"].endswith("/health") for i in data.get("interactions") or ())
         for index, interaction in enumerate(data.get("interactions") or ()):
             request, response = interaction["request"], interaction["response"]
