@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import _pytest.pytester
 import pytest
 
 # pytester's in-process runs drop the modules first imported inside them, so modules that must
@@ -22,6 +23,24 @@ import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
 from tests.helpers.servers import LayaServes, SharedLayaServes
+
+#: Packages pytester's in-process runs keep once imported, rather than drop: torch registers its
+#: operator libraries once per process, so a module of theirs imported again (transformers'
+#: modeling code, first imported inside an inner run that loaded laya) fails with "Only a single
+#: TORCH_LIBRARY can be used to register the namespace c10d_functional", and every later laya
+#: load in the process with it.
+KEPT_ACROSS_INNER_RUNS = ("torch", "transformers")
+
+
+class _SysModulesSnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
+    def __init__(self, preserve=None):
+        def keep(name):
+            return name.partition(".")[0] in KEPT_ACROSS_INNER_RUNS or (preserve is not None and preserve(name))
+
+        super().__init__(preserve=keep)
+
+
+_pytest.pytester.SysModulesSnapshot = _SysModulesSnapshotKeepingTorch
 
 pytest_plugins = ["pytester"]
 
