@@ -28,8 +28,10 @@ from tests.helpers.servers import LayaServes, SharedLayaServes
 #: operator libraries once per process, so a module of theirs imported again (transformers'
 #: modeling code, first imported inside an inner run that loaded laya) fails with "Only a single
 #: TORCH_LIBRARY can be used to register the namespace c10d_functional", and every later laya
-#: load in the process with it.
-KEPT_ACROSS_INNER_RUNS = ("torch", "transformers")
+#: load in the process with it. numpy's core and the Rust extensions laya's loading uses
+#: (tokenizers, safetensors) refuse to load twice ("cannot load module more than once per
+#: process"), so a laya load after an inner run that first imported them failed the same way.
+KEPT_ACROSS_INNER_RUNS = ("torch", "transformers", "numpy", "tokenizers", "safetensors")
 
 
 class _SysModulesSnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
