@@ -23,12 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.disk import REPAIR
-from pytest_laya.cassettes.errors import CassetteError, CassetteMissing, Unplayed
+from pytest_laya.cassettes.errors import CassetteError, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
-from pytest_laya.cassettes.matching import MATCH_ON, describe, laya_body_matcher, match_key
+from pytest_laya.cassettes.matching import MATCH_ON, laya_body_matcher, match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions
-from pytest_laya.cassettes.replay import already_played_error, miss_error, unplayed_of
+from pytest_laya.cassettes.replay import check_playable, next_to_play, unplayed_of
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes
@@ -156,16 +156,7 @@ class _LayaCassette:
             return bool(super().can_play_response_for(request))  # type: ignore[misc]
         with self._laya_lock:
             filtered = self._laya_filtered(request)
-            if not self.rewound:
-                raise CassetteMissing(
-                    f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
-                    f"the test asked for {describe(filtered)}", path=self._laya_path)
-            matches = self._laya_matches(filtered)
-            if not matches:
-                raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
-            if all(self.play_counts[i] for i in matches):
-                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
-                                           self.record_hint)
+            check_playable(self, filtered, self._laya_matches(filtered))
             return True
 
     def play_response(self, request: Any) -> Any:
@@ -174,13 +165,7 @@ class _LayaCassette:
         with self._laya_lock:
             filtered = self._laya_filtered(request)
             self._laya_last = None
-            matches = self._laya_matches(filtered)
-            index = next((i for i in matches if not self.play_counts[i]), None)
-            if index is None:  # another thread played the last match between the check and the play
-                if not matches:
-                    raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
-                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
-                                           self.record_hint)
+            index = next_to_play(self, filtered, self._laya_matches(filtered))
             stored, response = self.data[index]
             if index < getattr(self, "_loaded_count", len(self.data)):
                 # What vcrpy's own play_response keeps for drop_unused_requests.

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pytest_laya.cassettes.config import CassetteConfig
@@ -210,29 +210,14 @@ class ReplayCassette:
     def can_play_response_for(self, request: Any) -> bool:
         with self._lock:
             filtered = self._filtered(request)
-            if not self.rewound:
-                raise CassetteMissing(
-                    f"no cassette for this test at {self._laya_path} (record it with {self.record_hint}); "
-                    f"the test asked for {describe(filtered)}", path=self._laya_path)
-            matches = self._matches(filtered)
-            if not matches:
-                raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
-            if all(self.play_counts[i] for i in matches):
-                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
-                                           self.record_hint)
+            check_playable(self, filtered, self._matches(filtered))
             return True
 
     def play_response(self, request: Any) -> Any:
         with self._lock:
             filtered = self._filtered(request)
             self._last = None
-            matches = self._matches(filtered)
-            index = next((i for i in matches if not self.play_counts[i]), None)
-            if index is None:  # another thread played the last match between the check and the play
-                if not matches:
-                    raise miss_error(self.data, filtered, describe(filtered), self._laya_path, self.record_hint)
-                raise already_played_error(describe(filtered), matches, len(self.data), self._laya_path,
-                                           self.record_hint)
+            index = next_to_play(self, filtered, self._matches(filtered))
             self.play_counts[index] += 1
             response = self.data[index][1]
         return echo_ids(response, request)
@@ -249,6 +234,46 @@ class ReplayCassette:
     def laya_unplayed(self) -> list[Unplayed]:
         with self._lock:
             return unplayed_of(self.data, self.play_counts)
+
+
+class Playable(Protocol):
+    """What the play rule reads of a replayed cassette (the kit's own, and the vcrpy one)."""
+
+    @property
+    def data(self) -> Any: ...
+
+    @property
+    def play_counts(self) -> Any: ...
+
+    @property
+    def rewound(self) -> bool: ...
+
+    @property
+    def record_hint(self) -> str: ...
+
+    @property
+    def _laya_path(self) -> Path: ...
+
+
+def check_playable(cassette: Playable, filtered: Any, matches: list[int]) -> None:
+    """Raise why `filtered` cannot be played: no cassette, no match, or every match played already."""
+    if not cassette.rewound:
+        raise CassetteMissing(
+            f"no cassette for this test at {cassette._laya_path} (record it with {cassette.record_hint}); "
+            f"the test asked for {describe(filtered)}", path=cassette._laya_path)
+    next_to_play(cassette, filtered, matches)
+
+
+def next_to_play(cassette: Playable, filtered: Any, matches: list[int]) -> int:
+    """The first of `matches` not played yet, in recorded order; else the miss or already-played error."""
+    index = next((i for i in matches if not cassette.play_counts[i]), None)
+    if index is not None:
+        return index
+    # No match, or another thread played the last one between the check and the play.
+    if not matches:
+        raise miss_error(cassette.data, filtered, describe(filtered), cassette._laya_path, cassette.record_hint)
+    raise already_played_error(describe(filtered), matches, len(cassette.data), cassette._laya_path,
+                               cassette.record_hint)
 
 
 def unplayed_of(data: Sequence[Interaction], play_counts: Any) -> list[Unplayed]:
