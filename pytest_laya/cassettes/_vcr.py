@@ -28,7 +28,7 @@ from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_ses
 from pytest_laya.cassettes.matching import MATCH_ON, laya_body_matcher, match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions
-from pytest_laya.cassettes.replay import check_playable, next_to_play, unplayed_of
+from pytest_laya.cassettes.replay import FilteredOnce, check_playable, next_to_play, unplayed_of
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes
@@ -73,9 +73,7 @@ class _LayaCassette:
         # the first lookup, so replay is a dict lookup whatever the cassette's length.
         self._laya_index: dict[tuple[Any, ...], list[int]] = {}
         self._laya_indexed = 0
-        # vcrpy asks can_play_response_for and then play_response with the same request
-        # object: scrub (deep copy + filter) it once, not once per call.
-        self._laya_last: tuple[Any, Any] | None = None
+        self._laya_filtered = FilteredOnce(self.filter_request)
 
     def _replaying(self) -> bool:
         return bool(self.record_mode == "none")  # vcrpy's RecordMode is a str enum
@@ -127,14 +125,6 @@ class _LayaCassette:
     def _laya_path(self) -> Path:
         return Path(getattr(self, "_path", ""))
 
-    def _laya_filtered(self, request: Any) -> Any:
-        last = self._laya_last
-        if last is not None and last[0] is request:
-            return last[1]
-        filtered = self.filter_request(request)
-        self._laya_last = (request, filtered)
-        return filtered
-
     def _laya_matches(self, filtered: Any) -> list[int]:
         """Indices of the interactions `filtered` matches: the rules of `MATCH_ON`, as a lookup."""
         data = self.data
@@ -163,8 +153,7 @@ class _LayaCassette:
         if not self._replaying():
             return super().play_response(request)  # type: ignore[misc]
         with self._laya_lock:
-            filtered = self._laya_filtered(request)
-            self._laya_last = None
+            filtered = self._laya_filtered.taken(request)
             index = next_to_play(self, filtered, self._laya_matches(filtered))
             stored, response = self.data[index]
             if index < getattr(self, "_loaded_count", len(self.data)):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -162,6 +162,29 @@ def open_replay(path: str | os.PathLike[str], *, api_key: str | None, strict: bo
                           provenance=None, api_key=api_key, scrubber=scrubber)
 
 
+class FilteredOnce:
+    """A request filtered (copied and scrubbed) once: the switchboard, like vcrpy, asks whether a
+    request can be played and then plays the same request object."""
+
+    def __init__(self, filter_request: Callable[[Any], Any]) -> None:
+        self._filter = filter_request
+        self._last: tuple[Any, Any] | None = None
+
+    def __call__(self, request: Any) -> Any:
+        last = self._last
+        if last is not None and last[0] is request:
+            return last[1]
+        filtered = self._filter(request)
+        self._last = (request, filtered)
+        return filtered
+
+    def taken(self, request: Any) -> Any:
+        """The filtered request, then forgotten: once it is played, asking again filters anew."""
+        filtered = self(request)
+        self._last = None
+        return filtered
+
+
 class ReplayCassette:
     """A test's replay of one cassette file: the shared interactions, this test's play counts."""
 
@@ -182,22 +205,13 @@ class ReplayCassette:
         self._index = loaded.index if loaded is not None else {}
         self.play_counts = [0] * len(self.data)
         self._lock = threading.RLock()
-        # The switchboard asks about a request and then plays it: filter (copy + scrub) it once.
-        self._last: tuple[Any, Any] | None = None
+        self._filtered = FilteredOnce(self.filter_request)
 
     def __len__(self) -> int:
         return len(self.data)
 
     def filter_request(self, request: Any) -> Any:
         return _filtered(request, self._ignored, self._scrubber)
-
-    def _filtered(self, request: Any) -> Any:
-        last = self._last
-        if last is not None and last[0] is request:
-            return last[1]
-        filtered = self.filter_request(request)
-        self._last = (request, filtered)
-        return filtered
 
     def _matches(self, filtered: Any) -> list[int]:
         return self._index.get(match_key(filtered), [])
@@ -215,8 +229,7 @@ class ReplayCassette:
 
     def play_response(self, request: Any) -> Any:
         with self._lock:
-            filtered = self._filtered(request)
-            self._last = None
+            filtered = self._filtered.taken(request)
             index = next_to_play(self, filtered, self._matches(filtered))
             self.play_counts[index] += 1
             response = self.data[index][1]
