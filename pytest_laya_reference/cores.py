@@ -1,23 +1,12 @@
 """How many forward passes run at once, and on how many torch threads: a budget of cores.
 
 ``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
-threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread), cores are
-free and no other pass has more than one: ``min(free // passes waiting, tokens //
-TOKENS_PER_THREAD)``, at least 1, taken at the start and given back at the end. A pass flagged
-``alone`` waits for every core and takes them all. Never more than ``cores`` threads compute at
-once.
-
-For a maintainer: with torch's OpenMP backend ``torch.set_num_threads`` sets the calling
-thread's own team size, so each worker sets its own before a pass, and each thread that runs a
-pass on more than one thread keeps a team of OpenMP threads for as long as it lives. Once
-libgomp manages more threads than there are cores, every team stops spinning between parallel
-regions (its "throttled" spin count, about 100 spins, whatever ``GOMP_SPINCOUNT`` says) and
-sleeps: a one-row pass on two threads then made about 108 futex sleeps and wake-ups, one per
-parallel region. So every pass on more than one thread runs on one and the same thread
-(``laya-wide``), one at a time, and libgomp manages at most ``cores`` threads. A multi-thread
-pass collapses when another process takes a core unless OpenMP's spinning is capped: the
-command line calls ``bound_openmp_spinning`` before torch loads. Figures and commands:
-docs/benchmarks.md, "The figures behind the engine's constants".
+threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
+free; a pass flagged ``alone`` takes them all. Every pass on more than one thread runs on one
+thread (``laya-wide``), one at a time, so libgomp manages at most ``cores`` threads and keeps
+spinning between parallel regions; ``bound_openmp_spinning`` caps that spinning. Why, with the
+figures: docs/reference-server.md ("Inference") and docs/benchmarks.md ("The figures behind the
+engine's constants").
 
 Heavy imports: torch, inside a pass only.
 """

@@ -1,26 +1,14 @@
 """Real Laya inference for the reference server, with no HTTP in it.
 
 ``LayaEngine`` loads each configured checkpoint with laya 0.4.15 into one ``laya.Router`` (as
-laya-serve does) and answers batches in packed forward passes (``pytest_laya_reference.packing``),
+laya-serve does) and answers batches in packed forward passes (``pytest_laya_reference.packing``)
 on a ``pytest_laya_reference.cores.CorePool``. The app and the micro-batcher see only the
-``Engine`` protocol below, so a test can stand a fake in for it.
+``Engine`` protocol, so a test can stand a fake in for it. ``load()`` checks the packed path
+against ``Router.predict_batch`` per checkpoint and falls back to laya's own where they differ
+(``packed``); answers are a single request's within ``ANSWER_TOLERANCE``. Thread budget and
+design: docs/reference-server.md ("Options", "Inference").
 
-For a maintainer:
-
-- laya-serve, ``laya.load(dir).predict`` and ``Router.predict_batch`` all end in
-  ``Agent.predict_batch``; on the tiny checkpoint their answers compare equal. The Router's only
-  extra, a detected ``lang``, changes nothing without ``lang_temperatures``, which neither
-  laya-serve nor this engine sets.
-- The packed path uses laya's private steps; ``load()`` checks it against
-  ``Router.predict_batch`` on probe decisions per checkpoint and falls back to laya's path where
-  they differ (``packed``). Answers are a single request's within ``ANSWER_TOLERANCE`` (1e-4).
-- The thread budget: ``threads=N``; ``threads=0`` leaves torch alone; else ``LAYA_THREADS``;
-  ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` set leaves torch alone; else every usable core.
-- Nothing global such as ``HF_HUB_OFFLINE`` is set: a complete local checkpoint never reaches
-  huggingface_hub (the tests refuse every ``socket.connect`` while loading and predicting).
-- torch, transformers and laya are imported inside methods only.
-
-docs/reference-server.md ("Inference") has the design.
+Heavy imports: torch, transformers and laya, inside methods only.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
-"""Keep the reference server's resident memory near its idle level after hostile traffic.
+"""Keep the reference server's resident memory near its idle level, under load and after it.
 
-A large request allocates hundreds of MB that Python, the tokenizer and torch free as soon as
-it is answered (a million-character `instructions` tokenizes to 500,000 tokens first), but
-glibc's malloc keeps what is freed. Three things get it back, each measured with
-`bench/load_reference_server.py` (docs/reliability.md has the figures):
+- `cap_malloc_arenas`: the server's threads share one glibc arena (unless `MALLOC_ARENA_MAX` is set);
+- `keep_freed_heap`: fixed mmap and trim thresholds, so a request's tensors reuse the heap the
+  last one freed instead of faulting in fresh pages;
+- `freeze_loaded_objects`: laya's long-lived objects out of the collector's view, so a full
+  collection is cheap;
+- `release_free_heap`: once idle, a collection and then `malloc_trim(0)`.
 
-- `cap_malloc_arenas`: glibc gives each thread that allocates under contention its own arena
-  (up to 8 per core), and a worker thread's arena keeps tens of MiB that `malloc_trim` cannot
-  always return. The server's threads (loop, parse, inference passes) share one instead: two
-  arenas raised peak RSS against one, at the same throughput.
-- `freeze_loaded_objects`: laya leaves about 350,000 long-lived objects; moving them out of the
-  collector's view makes a full collection cheap, so the idle release can afford one.
-- `release_free_heap`: a collection (413-refused bodies stay alive in exception/traceback
-  cycles until one runs) and then `malloc_trim(0)`.
-
-Between requests it keeps what it freed instead: `keep_freed_heap` fixes glibc's thresholds
-(large blocks from the heap up to 32 MiB, free heap kept up to 64 MiB). Otherwise every
-request's tensors (a 512-token row's attention masks, about 4 MB) came from pages the last
-request gave back, about 1,000 page faults a request (docs/benchmarks.md, "Reference server
-against laya-serve 0.4.15"); `release_free_heap` still returns it all once idle.
-
-Where there is no glibc (macOS, musl) the malloc parts do nothing.
+Where there is no glibc (macOS, musl) the malloc parts do nothing. Figures:
+docs/reliability.md and docs/benchmarks.md; the environment each respects:
+docs/reference-server.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The strict Jev answer shape (``--jev-strict``, ``LAYA_JEV_STRICT=1``), as laya-serve has it.
 
-Jev's `/v1/systemone` answer carries its type's fields only: choice = `type`, `choice`,
-`probabilities`, `confidence`; score = the same with `score` and `legend`; noul = `type` and
-`noul`; `usage` is the two token counts. A Jev client that validates with
-``additionalProperties: false`` refuses laya's additions (`action`, `answer_confidence`,
-`x_jev_confidence`, the abstention fields, `routing`, the truncation facts), so strict mode
-drops them, as laya-serve 0.4.15's ``LAYA_JEV_STRICT`` does, and adds `latency_ms`, which such
-clients require. `served_by` and `model` stay: the target spec asks for them on every 200.
-Nothing is recomputed.
-
-What Jev's shape has no member for cannot be honoured in it: `min_confidence` asks laya to gate
-answers and say so (`low_confidence`, `abstention`), so a strict server refuses a request that
-sets it (422 ``invalid_request``, `refuse_unhonoured`) rather than answer as if it were not set:
-a control is honoured or refused, never silently dropped (`pytest_laya.wire.controls`).
+Each answer keeps its type's Jev fields only and gains `latency_ms`; `served_by` and `model`
+stay, nothing is recomputed. A request that sets `min_confidence`, which Jev's shape cannot
+report, is refused (422 ``invalid_request``, `refuse_unhonoured`): a control is honoured or
+refused, never dropped. The field lists: docs/reference-server.md, "Jev-strict answers".
 """
 
 from __future__ import annotations

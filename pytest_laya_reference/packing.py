@@ -1,21 +1,13 @@
 """Forward passes shared by any requests, whatever their question sets: laya's rows, packed.
 
 laya scores a request as one model row per question, and the rows of a pass never see each
-other, so any rows may share a pass. This module runs laya 0.4.15's own steps over the rows of a
-whole batch:
-
-1. encode each request as laya does (``_check_question``, ``_to_internal``, ``_encode_state``
-   with its own ``max_len``/``head_max_len``), inside laya's question-token cache scope;
-2. sort the rows by length and cut them into passes of at most ``pass_tokens`` padded tokens
-   (one row at least), and into at least ``lanes`` passes when that many cores are free;
-3. run the passes (``run``: the caller's ``CorePool``);
-4. decode each request from its rows and count its ``usage`` as ``Agent.predict_batch`` does.
-
-For a maintainer: these are laya's private methods, pinned to 0.4.15; ``usage`` follows its
-``predict_batch`` line for line, and ``LayaEngine.load`` checks this path against
-``Router.predict_batch`` (``PROBES``, ``packed_disagrees``) before serving. The token cap keeps
-a pass at its cheapest per row and its memory bounded (docs/benchmarks.md, "The figures behind
-the engine's constants").
+other, so any rows may share a pass. ``encode_requests`` encodes each request as laya does,
+``plan_passes`` sorts the rows by length and cuts them into passes of at most ``pass_tokens``
+padded tokens (and into at least ``lanes`` passes when that many cores are free), and
+``predict_packed`` runs them and decodes each request and its ``usage`` as
+``Agent.predict_batch`` does. These are laya 0.4.15's private steps, pinned;
+``LayaEngine.load`` checks this path against ``Router.predict_batch`` (``PROBES``,
+``packed_disagrees``) before serving.
 
 Heavy imports: numpy, torch and laya, inside functions only.
 """

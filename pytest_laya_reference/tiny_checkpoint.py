@@ -1,19 +1,12 @@
 """A tiny, deterministic, real Laya checkpoint that loads with no model hub.
 
-Why it exists: the real Laya checkpoints live on a model hub that tests cannot reach, and a
-fake model cannot tell us what laya's own code (tokenisation, truncation, the server, its error
-handling) really does. This module builds a checkpoint in exactly the layout
-``laya.train.save_checkpoint`` writes -- ``rl_agent_config.json``, ``model.safetensors``,
-``encoder/config.json`` and ``tokenizer/`` -- but small enough (a few hundred KB) to ship in the
-repository and to load in milliseconds.
+It has the layout ``laya.train.save_checkpoint`` writes (``rl_agent_config.json``,
+``model.safetensors``, ``encoder/config.json``, ``tokenizer/``), a few hundred KB, every
+parameter drawn from one seeded generator: its answers are meaningless but move with the input,
+and its bytes do not depend on a library's initialisation. ``python -m
+pytest_laya_reference.tiny_checkpoint --check`` regenerates it and compares (docs/reference-server.md).
 
-Its answers are meaningless but useful: every parameter is redrawn from one seeded generator, so
-probabilities are moderate, move with the input, and the bytes do not depend on how a library
-version initialises modules. The shipped bytes are regenerated and compared by
-``python -m pytest_laya_reference.tiny_checkpoint --check`` and by the test suite.
-
-Heavy imports (torch, transformers, tokenizers, laya) happen only inside the functions that need
-them, so importing this module costs nothing.
+Heavy imports (torch, transformers, tokenizers, laya) only inside the functions that need them.
 """
 
 from __future__ import annotations
