@@ -5,7 +5,7 @@ vcrpy at import time (vcrpy patches many HTTP libraries when it loads, so `_vcr`
 the functions that need it). One job per module: `errors`, `matching` (what pairs a request with
 its recording, and what a miss says), `scrub` (secrets and volatile values), `request_ids` (an
 exchange's ids out of the file and back on replay), `places` (where in a body they may be
-changed) and `json_splice` (changing a value in place), `persist` (files), `handle` (one test's
+changed) and `json_splice` (changing a value in place), `persist` (files), `rendering` (their text), `handle` (one test's
 cassette), `replay` (the plugin's replay, parsed once per file, no vcrpy), `naming` (which file),
 `provenance` (where it came from), `verify` (drift against a live server). docs/cassettes.md says why each rule is what it is.
 """

@@ -3,9 +3,10 @@
 What differs from a plain `vcr.VCR`, and why (docs/cassettes.md): one authority for the mode
 (`record=False` is vcrpy's ``none``: nothing sent, nothing written; `record=True` is ``all``
 with the old cassette not loaded, so a refreshed cassette holds exactly what this run
-recorded); matching by `matching.match_key` as a dict lookup; scrubbing on the way in
-(`scrub`); the client's request id echoed on replay; misses raised from inside the transport
-as the `errors` types; saving decided by the `CassetteHandle`.
+recorded; `RecordMode.NEW_EPISODES` is ``new_episodes``: the old interactions are played, only
+requests they lack are sent, and those are appended to the file as it was); matching by
+`matching.match_key` as a dict lookup; scrubbing on the way in (`scrub`); the client's request
+id echoed on replay; misses raised from inside the transport as the `errors` types; saving decided by the `CassetteHandle`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pytest_laya.cassettes.replay import FilteredOnce, check_playable, next_to_p
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes
+from pytest_laya.route.modes import RecordMode
 
 __all__ = [
     "RECORD_HINT",
@@ -78,8 +80,11 @@ class _LayaCassette:
     def _replaying(self) -> bool:
         return bool(self.record_mode == "none")  # vcrpy's RecordMode is a str enum
 
+    def _appending(self) -> bool:
+        return bool(self.record_mode == RecordMode.NEW_EPISODES.vcr_record_mode)
+
     def _load(self) -> None:
-        """Replay: vcrpy's load, minus its deep copies of objects nobody else holds.
+        """Replay (and appending): vcrpy's load, minus its deep copies of objects nobody else holds.
 
         Each recorded interaction becomes fresh vcrpy objects (`fresh_interactions`), goes
         through `append`'s filters (request ids, ignored hosts, the scrubber) exactly as
@@ -87,8 +92,10 @@ class _LayaCassette:
         cache, never changed. Recording (or a load hook) takes vcrpy's own path.
         """
         persister = self._persister
-        if not self._replaying() or self._after_load_interaction or not isinstance(persister, Persister):
+        if not (self._replaying() or self._appending()) or self._after_load_interaction or \
+                not isinstance(persister, Persister):
             super()._load()  # type: ignore[misc]
+            self._loaded_count = len(self.data)
             return None
         path = Path(self._path)
         data = persister.read(path)
@@ -141,7 +148,17 @@ class _LayaCassette:
         with self._laya_lock:
             return bool(self.rewound and self._laya_matches(self._laya_filtered(request)))
 
+    def _laya_recorded_matches(self, filtered: Any) -> list[int]:
+        """The loaded interactions `filtered` matches: appending, what this run recorded is never
+        played (a request made twice is sent twice, so the file holds both and replays)."""
+        loaded = getattr(self, "_loaded_count", len(self.data))
+        return [i for i in self._laya_matches(filtered) if i < loaded]
+
     def can_play_response_for(self, request: Any) -> bool:
+        if self._appending():  # played when the file holds it, unplayed; else sent, then appended
+            with self._laya_lock:
+                filtered = self._laya_filtered(request)
+                return bool(filtered) and any(not self.play_counts[i] for i in self._laya_recorded_matches(filtered))
         if not self._replaying():
             return bool(super().can_play_response_for(request))  # type: ignore[misc]
         with self._laya_lock:
@@ -150,11 +167,11 @@ class _LayaCassette:
             return True
 
     def play_response(self, request: Any) -> Any:
-        if not self._replaying():
+        if not (self._replaying() or self._appending()):
             return super().play_response(request)  # type: ignore[misc]
         with self._laya_lock:
             filtered = self._laya_filtered.taken(request)
-            index = next_to_play(self, filtered, self._laya_matches(filtered))
+            index = next_to_play(self, filtered, self._laya_recorded_matches(filtered))
             stored, response = self.data[index]
             if index < getattr(self, "_loaded_count", len(self.data)):
                 # What vcrpy's own play_response keeps for drop_unused_requests.
@@ -176,6 +193,22 @@ class _LayaCassette:
         with self._laya_lock:
             return unplayed_of(self.data, self.play_counts)
 
+    def laya_new_interactions(self) -> list[tuple[Any, Any]]:
+        """What this run appended after the loaded interactions."""
+        with self._laya_lock:
+            return list(self.data[getattr(self, "_loaded_count", 0):])
+
+    def _save(self, force: bool = False) -> None:
+        """vcrpy's own save (`LayaVCR.use_cassette`); appending, the new interactions after the file as it was."""
+        persister = self._persister
+        if not self._appending() or not isinstance(persister, Persister):
+            super()._save(force)  # type: ignore[misc]
+            return
+        new = self.laya_new_interactions()
+        if new:
+            persister.save_appended(Path(self._path), [r for r, _ in new], [r for _, r in new])
+        self.dirty = False
+
 
 class _LayaVCR:
     """What a `vcr.VCR` does differently here: configured for served Laya, its record mode fixed
@@ -189,19 +222,20 @@ class _LayaVCR:
     register_persister: Any
     _build_ignore_hosts: Any
 
-    def __init__(self, *, record: bool, cassette_dir: str | os.PathLike[str] | None,
+    def __init__(self, *, record: bool | RecordMode, cassette_dir: str | os.PathLike[str] | None,
                  api_key: str | None, strict: bool, record_hint: str, config: CassetteConfig | None = None) -> None:
         import vcr
-        from vcr.record_mode import RecordMode
 
-        self.laya_record = bool(record)
+        #: How this VCR records (None: it replays); `laya_record` is whether it records at all.
+        self.laya_record_mode = _record_mode(record)
+        self.laya_record = self.laya_record_mode is not None
         self.laya_strict = bool(strict)
         self.laya_api_key = api_key
         self.laya_config = config or CassetteConfig()
         self._laya_scrubber = Scrubber(api_key, learn=True, config=self.laya_config)
         self._laya_cassette_class: Any = _cassette_class(_classes()[1], record_hint)
         super().__init__(  # type: ignore[call-arg]
-            record_mode=RecordMode.ALL if self.laya_record else RecordMode.NONE,
+            record_mode=self._laya_vcr_record_mode(),
             cassette_library_dir=None if cassette_dir is None else os.fspath(cassette_dir),
             path_transformer=vcr.VCR.ensure_suffix(CASSETTE_SUFFIX),
             match_on=MATCH_ON,
@@ -214,7 +248,18 @@ class _LayaVCR:
             custom_patches=vcr_response_fixes(),
         )
         self.register_matcher("laya_body", laya_body_matcher)
-        self.register_persister(Persister(record=self.laya_record, deferred=False))
+        self.register_persister(Persister(record=self.laya_record, deferred=False, appends=self.laya_appends))
+
+    @property
+    def laya_appends(self) -> bool:
+        """Whether recording keeps the old file's interactions, plays them and appends what they lack."""
+        return self.laya_record_mode is not None and self.laya_record_mode.appends
+
+    def _laya_vcr_record_mode(self) -> Any:
+        from vcr.record_mode import RecordMode as VcrRecordMode
+
+        mode = self.laya_record_mode
+        return VcrRecordMode.NONE if mode is None else VcrRecordMode(mode.vcr_record_mode)
 
     def _build_before_record_request(self, options: dict[str, Any]) -> Any:
         """vcrpy's filter of every request, with a cheap copy where vcrpy deep-copies.
@@ -241,14 +286,13 @@ class _LayaVCR:
         return before_record_request
 
     def get_merged_config(self, **kwargs: Any) -> dict[str, Any]:
-        from vcr.record_mode import RecordMode
-
         for forbidden in ("record_mode", "allow_playback_repeats", "match_on", "serializer"):
             if forbidden in kwargs:
-                raise TypeError(f"{forbidden} is fixed by pytest-laya's cassettes (record={self.laya_record});"
+                raise TypeError(f"{forbidden} is fixed by pytest-laya's cassettes "
+                                f"(record={self.laya_record_mode or False});"
                                 " the mode is chosen in one place only")
         config: dict[str, Any] = super().get_merged_config(**kwargs)  # type: ignore[misc]
-        config["record_mode"] = RecordMode.ALL if self.laya_record else RecordMode.NONE
+        config["record_mode"] = self._laya_vcr_record_mode()
         config["allow_playback_repeats"] = False
         return config
 
@@ -314,12 +358,30 @@ def copy_request(request: Any) -> Any:
     return copied
 
 
-def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,
+def _record_mode(record: bool | RecordMode) -> RecordMode | None:
+    """`laya_vcr`'s `record` as the record mode it asks for (None: replay)."""
+    if isinstance(record, RecordMode):
+        if record.replays_recorded:
+            raise ValueError(f"record={record!r} chooses per test whether to record, which the cassette cannot: "
+                             f"open a test's cassette with record=False when it exists and can be read, else "
+                             f"with record=True (the plugin's {record.flag} does this)")
+        return record
+    if isinstance(record, bool):
+        return RecordMode.ALL if record else None
+    if isinstance(record, str):  # the command line's spelling
+        return _record_mode(RecordMode.parse(record))
+    raise TypeError(f"record must be a bool or a pytest_laya.route.modes.RecordMode, got {type(record).__name__}")
+
+
+def laya_vcr(*, record: bool | RecordMode, cassette_dir: str | os.PathLike[str] | None, api_key: str | None,
              strict: bool = True, record_hint: str = RECORD_HINT, config: CassetteConfig | None = None) -> vcr.VCR:
     """A `vcr.VCR` for served-Laya cassettes (see the module docstring for what it changes).
 
     `record` is the only authority on the mode: False replays (vcrpy ``none``, no network, no
-    writes), True records (vcrpy ``all``, the old file replaced as a whole). `api_key` is
+    writes), True or `RecordMode.ALL` records (vcrpy ``all``, the old file replaced as a whole),
+    `RecordMode.NEW_EPISODES` appends (vcrpy ``new_episodes``: the old file's interactions are
+    played, requests they lack are recorded and appended; the old ones stay byte for byte;
+    `RecordMode.MISSING`, a choice per test, is refused: pass False or True). `api_key` is
     scrubbed from everything recorded. `strict` makes a clean replay with unplayed interactions
     fail. `.cassette(path, provenance=...)` gives a `CassetteHandle` context manager;
     `.use_cassette(path)` is vcrpy's own (atomic writes, no discard).
@@ -329,14 +391,15 @@ def laya_vcr(*, record: bool, cassette_dir: str | os.PathLike[str] | None, api_k
                      record_hint=record_hint, config=config)
 
 
-def use_cassette(path: str | os.PathLike[str], *, record: bool, api_key: str | None = None,
+def use_cassette(path: str | os.PathLike[str], *, record: bool | RecordMode, api_key: str | None = None,
                  strict: bool = True, provenance: Mapping[str, Any] | None = None,
                  record_hint: str = RECORD_HINT) -> contextlib.AbstractContextManager[CassetteHandle]:
     """One test's cassette at `path` (``.yaml`` added if missing), as a `CassetteHandle`.
 
     Every httpx (and http.client, requests...) request made inside the block goes through the
     cassette: recorded, or answered from it, never from the network. In record mode the file
-    is replaced when the block ends cleanly and `discard()` was not called.
+    is replaced when the block ends cleanly and `discard()` was not called (appended to, with
+    `RecordMode.NEW_EPISODES`).
     """
     vcr_class, _ = _classes()
     laya: _LayaVCR = vcr_class(record=record, cassette_dir=None, api_key=api_key, strict=strict, record_hint=record_hint)

@@ -10,7 +10,8 @@ from typing import Any
 
 from pytest_laya.cassettes.disk import atomic_write, read_limited
 from pytest_laya.cassettes.errors import CassetteError, CassetteUnplayed, Unplayed
-from pytest_laya.cassettes.persist import Persister, provenance_of, recorded_date, render, today
+from pytest_laya.cassettes.persist import Persister, provenance_of, recorded_date, today
+from pytest_laya.cassettes.rendering import render, render_appended
 from pytest_laya.cassettes.scrub import Scrubber
 
 __all__ = [
@@ -30,18 +31,22 @@ PROVENANCE_FIELDS = ("server", "identity", "spec", "laya_version")
 class CassetteHandle:
     """One test's cassette while it is in use.
 
-    `record` says which mode it is in. In record mode the file is written when the block
-    ends, unless `discard()` was called or the block raised; in replay nothing is written and,
-    with `strict`, a clean exit with unplayed interactions raises `CassetteUnplayed`.
+    `record` says which mode it is in, and `appends` whether recording keeps the old file's
+    interactions (played) and appends the requests they lack. In record mode the file is written
+    when the block ends, unless `discard()` was called or the block raised; in replay nothing is
+    written and, with `strict`, a clean exit with unplayed interactions raises `CassetteUnplayed`.
     `outcome` says what happened: ``"written"``, ``"unchanged"`` (re-recorded identically, file
-    untouched), ``"kept"`` (not saved: the old file stays), ``"discarded"`` (not saved, and there
-    was no old file), ``"replayed"``, ``"missing"`` (replay found no file), or ``None`` while in use.
+    untouched; appending, nothing new was recorded), ``"kept"`` (not saved: the old file stays),
+    ``"discarded"`` (not saved, and there was no old file), ``"replayed"``, ``"missing"`` (replay
+    found no file), or ``None`` while in use.
     """
 
     def __init__(self, *, path: Path, record: bool, strict: bool, cassette: Any, persister: Persister,
-                 provenance: Mapping[str, Any] | None, api_key: str | None, scrubber: Scrubber | None = None) -> None:
+                 provenance: Mapping[str, Any] | None, api_key: str | None, scrubber: Scrubber | None = None,
+                 appends: bool = False) -> None:
         self.path = path
         self.record = record
+        self.appends = appends
         self.strict = strict
         self.cassette = cassette
         self.outcome: str | None = None
@@ -163,6 +168,9 @@ class CassetteHandle:
         return {"pytest_laya": {"format": PROVENANCE_FORMAT, **self._provenance, "recorded": recorded}}
 
     def _commit(self) -> str:
+        loaded = self._persister.loaded if self.appends else None
+        if loaded is not None:
+            return self._commit_appended(loaded)
         requests, responses = self.cassette.requests, self.cassette.responses
         date = today()
         text = render(requests, responses, self._metadata(date))
@@ -181,31 +189,66 @@ class CassetteHandle:
         atomic_write(self.path, text)
         return "written"
 
+    def _commit_appended(self, old: Mapping[str, Any]) -> str:
+        """The old file with what this run recorded appended; nothing new, the file is untouched."""
+        new = self.cassette.laya_new_interactions()
+        if not new:
+            return "unchanged"
+        metadata = self._appended_metadata(old)
+        atomic_write(self.path, render_appended(old, [r for r, _ in new], [r for _, r in new], metadata))
+        return "written"
+
+    def _appended_metadata(self, old: Mapping[str, Any]) -> dict[str, Any]:
+        """The old file's metadata, its provenance and date kept (a cassette is as old as its oldest
+        answer); a CassetteError when this run's server is not the one that answered before."""
+        metadata = dict(old.get("metadata") or {})
+        recorded = provenance_of(old)
+        if recorded is None:
+            metadata.update(self._metadata(today()))
+            return metadata
+        differ = [f"{name} {_shown(recorded[name])} then, {_shown(self._provenance[name])} now"
+                  for name in ("identity", "spec")
+                  if recorded.get(name) is not None and self._provenance.get(name) is not None
+                  and recorded[name] != self._provenance[name]]
+        if differ:
+            raise CassetteError(
+                f"could not append to cassette {self.path}: it was recorded from another server "
+                f"({'; '.join(differ)}), and one cassette must not mix the answers of two servers; nothing was "
+                f"written. Record it again as a whole with {self.cassette.record_hint}", path=self.path)
+        return metadata
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {item}" for key, item in value.items())
+    return str(value)
+
 
 _NOT_CASSETTE_ARGUMENTS = ("path_transformer", "func_path_generator", "record_on_exception")
 
 
 def open_cassette(laya: Any, path: str | os.PathLike[str], provenance: Mapping[str, Any] | None) -> CassetteHandle:
     """Load one test's cassette (a `LayaVCR` configuration) without patching any HTTP library."""
-    persister = Persister(record=laya.laya_record, deferred=True)
+    persister = Persister(record=laya.laya_record, deferred=True, appends=laya.laya_appends)
     config = laya.get_merged_config(path=path, persister=persister)
     transform = config.get("path_transformer")
     config["path"] = transform(config["path"]) if transform else config["path"]
     cassette = laya._laya_cassette_class.load(**{k: v for k, v in config.items() if k not in _NOT_CASSETTE_ARGUMENTS})
     return CassetteHandle(path=Path(config["path"]), record=laya.laya_record, strict=laya.laya_strict,
                           cassette=cassette, persister=persister, provenance=provenance, api_key=laya.laya_api_key,
-                          scrubber=laya._laya_scrubber)
+                          scrubber=laya._laya_scrubber, appends=laya.laya_appends)
 
 
 @contextlib.contextmanager
 def open_session(laya: Any, path: str | os.PathLike[str], provenance: Mapping[str, Any] | None) -> Iterator[CassetteHandle]:
-    persister = Persister(record=laya.laya_record, deferred=True)
+    persister = Persister(record=laya.laya_record, deferred=True, appends=laya.laya_appends)
     config = laya.get_merged_config(path=path, persister=persister)
     full = Path(config["path_transformer"](config["path"]) if config.get("path_transformer") else config["path"])
     manager = laya._laya_cassette_class.use(**config)
     cassette = manager.__enter__()
     handle = CassetteHandle(path=full, record=laya.laya_record, strict=laya.laya_strict, cassette=cassette,
-                            persister=persister, provenance=provenance, api_key=laya.laya_api_key)
+                            persister=persister, provenance=provenance, api_key=laya.laya_api_key,
+                            appends=laya.laya_appends)
     failed = True
     try:
         yield handle

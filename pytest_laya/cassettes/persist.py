@@ -1,4 +1,4 @@
-"""Cassette files: safe, checked loading; byte-stable rendering; atomic writes.
+"""Cassette files: safe, checked loading; atomic writes (the text written is `rendering`'s).
 
 Files are plain vcrpy YAML cassettes, parsed with a safe loader and checked field by field, so a
 truncated or hand-edited file is a `CassetteError` naming the file and the field. Reading and
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import os
 import re
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 
 from pytest_laya.cassettes.disk import REPAIR, atomic_write, os_problem, read_limited
 from pytest_laya.cassettes.errors import CassetteError
+from pytest_laya.cassettes.rendering import render, render_appended
 
 __all__ = [
     "REPAIR",
@@ -363,51 +363,24 @@ def _copied(value: Any, memo: dict[int, Any]) -> Any:
     return items
 
 
-class _Parsed:
-    """A serializer that hands vcrpy data already parsed (so a file is parsed once)."""
-
-    def __init__(self, data: Any) -> None:
-        self._data = data
-
-    def deserialize(self, _text: str) -> Any:
-        return self._data
-
-    @staticmethod
-    def serialize(data: Any) -> Any:
-        return data
-
-
-def render(requests: list[Any], responses: list[Any], metadata: Mapping[str, Any] | None) -> bytes:
-    """The YAML text of a cassette, as plain vcrpy writes it, plus `metadata`."""
-    from vcr import serialize
-    from vcr.serializers import yamlserializer
-
-    data = serialize.serialize({"requests": copy.deepcopy(requests), "responses": copy.deepcopy(responses)},
-                               _Parsed)
-    data = dict(data)
-    if metadata:
-        data["metadata"] = copy.deepcopy(dict(metadata))
-    text: str = yamlserializer.serialize(data)
-    return text.encode("utf-8")
-
-
 class Persister:
     """vcrpy persister: safe, checked loading; atomic writes; deferred when a handle decides.
 
-    In record mode the old cassette is never loaded (it is replaced as a whole); in replay
-    nothing is ever written.
+    In record mode the old cassette is not loaded (it is replaced as a whole) unless recording
+    `appends` to it; in replay nothing is ever written.
     """
 
-    def __init__(self, *, record: bool, deferred: bool) -> None:
+    def __init__(self, *, record: bool, deferred: bool, appends: bool = False) -> None:
         self.record = record
         self.deferred = deferred
+        self.appends = appends
         self.loaded: dict[str, Any] | None = None
 
     def load_cassette(self, cassette_path: Any, serializer: Any) -> tuple[list[Any], list[Any]]:
         from vcr.persisters.filesystem import CassetteNotFoundError
 
         path = Path(cassette_path)
-        if self.record:
+        if self.record and not self.appends:
             raise CassetteNotFoundError()
         data = self.read(path)
         if data is None:
@@ -418,7 +391,7 @@ class Persister:
             raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}", path=path) from None
 
     def read(self, path: Path) -> dict[str, Any] | None:
-        """Replay: the parsed cassette at `path` (shared, read-only), kept as `loaded`; None if absent."""
+        """Replay (or appending): the parsed cassette at `path` (shared, read-only), kept as `loaded`; None if absent."""
         data = read_cassette(path)
         if data is not None:
             self.loaded = data
@@ -430,6 +403,16 @@ class Persister:
         text = render(list(cassette_dict["requests"]), list(cassette_dict["responses"]),
                        cassette_dict.get("metadata"))
         atomic_write(Path(cassette_path), text)
+
+    def save_appended(self, path: Path, requests: list[Any], responses: list[Any]) -> None:
+        """vcrpy's own save of an appending cassette: the loaded file (its metadata too) with these
+        interactions appended (deferred: the handle writes)."""
+        if self.deferred or not requests:
+            return
+        if self.loaded is None:
+            atomic_write(path, render(requests, responses, None))
+            return
+        atomic_write(path, render_appended(self.loaded, requests, responses, self.loaded.get("metadata")))
 
 
 _METADATA_LINE = re.compile(rb"^metadata:", re.MULTILINE)

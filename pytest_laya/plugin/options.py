@@ -25,7 +25,7 @@ __all__ = ["CONFORMANCE", "MODES", "RECORD_MODES", "SPECS", "add_options", "chec
 
 MODES = Mode.values()
 SPECS = SpecName.values()
-#: --laya-record=all refreshes every selected test's cassette; =missing records only those without one.
+#: --laya-record's values (`RecordMode`: what each does is its `does`).
 RECORD_MODES = RecordMode.values()
 CONFORMANCE = ("enforce", "report")
 
@@ -58,8 +58,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "or verify (run live and compare every answer with the test's cassette).")
     group.addoption("--laya-record", nargs="?", const=RecordMode.ALL.value, default=None, type=_record_mode,
                     metavar="|".join(RECORD_MODES),
-                    help="record mode: refresh the cassettes of the tests that run (--laya-record), or record only "
-                         "those without a cassette and replay the rest (--laya-record=missing).")
+                    help="record mode: " + "; ".join(f"{mode.flag} to {mode.does}" for mode in RecordMode) + ".")
     group.addoption("--laya-url", default=None,
                     help="URL of a live served Laya, e.g. http://127.0.0.1:8000 (default: LAYA_SERVED_URL).")
     group.addoption("--laya-api-key", default=None,

@@ -37,7 +37,7 @@ from pytest_laya.plugin.store import fail_unfetched, store_recorded
 from pytest_laya.plugin.switch import routed, vcr_config
 from pytest_laya.plugin.verify_mode import verify_route
 from pytest_laya.route.changes import CHANGED_SECTION, changed_answers, shown_path
-from pytest_laya.route.modes import RouteKind
+from pytest_laya.route.modes import RecordMode, RouteKind
 from pytest_laya.route.provenance import set_recorded_provenance
 from pytest_laya.route.spec_check import SpecCheck
 from pytest_laya.wire.spec_name import SpecName
@@ -178,7 +178,8 @@ class TestRoute:
             if self.kind.replays and native_config(config):  # the kit's own replay: no vcrpy
                 return open_replay(self.cassette_path, api_key=run.api_key, strict=strict,
                                    record_hint=_record_hint(run.url), config=config)
-            handle: CassetteHandle = laya_vcr(record=self.kind.records, cassette_dir=None, api_key=run.api_key,
+            record = _recording(run, self.cassette_path) if self.kind.records else False
+            handle: CassetteHandle = laya_vcr(record=record, cassette_dir=None, api_key=run.api_key,
                                               strict=strict, record_hint=_record_hint(run.url),
                                               config=config).open(self.cassette_path)
             return handle
@@ -254,7 +255,7 @@ class TestRoute:
                                 self.check.claimed if self.check is not None else None,
                                 self.laya.exchanges if self.laya is not None else [])
         broken = broken_cassette(self.cassette_path)
-        if broken is None:
+        if broken is None and not self.handle.appends:  # appending changes no recorded answer
             for line in changed_answers(self.cassette_path, self.handle, api_key=run.api_key,
                                         server=run.server_label(self.server)):
                 run.note(CHANGED_SECTION, line)
@@ -376,6 +377,15 @@ def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | Non
         pytest.fail(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL), or "
                     f"@pytest.mark.laya(server='reference') on the test", pytrace=False)
     return ServerHandle(url=run.url, kind="live", spec=(run.spec_document or SpecName.AUTO).value, api_key=run.api_key)
+
+
+def _recording(run: LayaRun, path: Path) -> bool | RecordMode:
+    """How a recording route records: appending to a readable cassette (`RecordMode.appends`), else
+    replacing it as a whole (a broken one too, as --laya-record does)."""
+    mode = run.record_mode
+    if mode is not None and mode.appends and broken_cassette(path) is None:
+        return mode
+    return True
 
 
 @functools.lru_cache(maxsize=8)

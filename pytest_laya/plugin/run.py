@@ -90,7 +90,7 @@ class LayaRun:
     verify: VerifyTotals | None = None
     #: Extra summary lines by section title (the server contract's target gaps and measurements).
     notes: dict[str, list[str]] = field(default_factory=dict)
-    #: --laya-record: "all" or "missing" (None outside record mode); enforce | report; the network guard.
+    #: --laya-record's record mode (None outside record mode); enforce | report; the network guard.
     record_mode: RecordMode | None = None
     conformance_mode: str = "enforce"
     block_network: bool = False
@@ -131,8 +131,8 @@ class LayaRun:
 
     @property
     def reads_cassettes(self) -> bool:
-        """Tests read recorded cassettes: replay, verify, or a record mode that replays what is recorded."""
-        return self.mode.reads_cassettes or (self.record_mode is not None and self.record_mode.replays_recorded)
+        """Tests read recorded cassettes: replay, verify, or a record mode that replays or appends to them."""
+        return self.mode.reads_cassettes or (self.record_mode is not None and self.record_mode.reads_recorded)
 
     @property
     def spec_document(self) -> SpecName | None:

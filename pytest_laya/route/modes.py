@@ -68,15 +68,34 @@ _ACCOUNTS_CASSETTES = frozenset({Mode.REPLAY, Mode.RECORD})
 
 
 class RecordMode(TextEnum):
-    """``--laya-record[=all|missing]``: which tests record in record mode."""
+    """``--laya-record[=all|missing|new_episodes]``: which tests record in record mode, and what
+    of their old cassette they keep."""
 
     ALL = "all"
     MISSING = "missing"
+    NEW_EPISODES = "new_episodes"
 
     @property
     def replays_recorded(self) -> bool:
         """A test whose cassette exists and can be read replays it instead of recording."""
         return self is RecordMode.MISSING
+
+    @property
+    def appends(self) -> bool:
+        """A test whose cassette exists and can be read plays the interactions it holds and records
+        only the requests it lacks, appended to it (the old interactions stay byte for byte)."""
+        return self is RecordMode.NEW_EPISODES
+
+    @property
+    def reads_recorded(self) -> bool:
+        """A test's existing cassette is read (replayed or appended to), not only replaced."""
+        return self.replays_recorded or self.appends
+
+    @property
+    def vcr_record_mode(self) -> str:
+        """vcrpy's ``record_mode`` of a cassette this mode records into (a test that `replays_recorded`
+        is not recording, so its recordings are whole: ``all``)."""
+        return "new_episodes" if self.appends else "all"
 
     @property
     def flag(self) -> str:
@@ -94,12 +113,16 @@ class RecordMode(TextEnum):
         try:
             return cls(value)
         except ValueError:
-            choices = " or ".join(f"{mode.flag} ({mode.does})" for mode in cls)
-            raise ValueError(f"{value!r} is not a record mode: use {choices}; put test paths before "
+            choices = ", ".join(f"{mode.flag} ({mode.does})" for mode in cls)
+            raise ValueError(f"{value!r} is not a record mode: use one of {choices}; put test paths before "
                              f"--laya-record") from None
 
 
-_DOES = {RecordMode.ALL: "refresh every selected test", RecordMode.MISSING: "record only tests without a cassette"}
+_DOES = {
+    RecordMode.ALL: "refresh every selected test",
+    RecordMode.MISSING: "record only tests without a cassette",
+    RecordMode.NEW_EPISODES: "keep each cassette and append the requests it lacks",
+}
 
 
 class RouteKind(TextEnum):

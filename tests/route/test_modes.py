@@ -35,7 +35,7 @@ def test_each_mode_answers_what_the_plugin_asks(name):
 
 def test_every_mode_is_described_and_offered_on_the_command_line():
     assert set(TRAITS) == set(Mode.values()) == set(MODES)
-    assert RECORD_MODES == ("all", "missing") and SPECS == ("auto", "current", "target")
+    assert RECORD_MODES == ("all", "missing", "new_episodes") and SPECS == ("auto", "current", "target")
 
 
 def test_a_mode_is_its_string_where_settings_were_strings():
@@ -45,18 +45,33 @@ def test_a_mode_is_its_string_where_settings_were_strings():
     assert type(Mode.LIVE.value) is str  # what goes into YAML and through execnet
 
 
+RECORD_TRAITS = {  # record mode: (replays_recorded, appends, reads_recorded, vcr_record_mode)
+    "all": (False, False, False, "all"),
+    "missing": (True, False, True, "all"),
+    "new_episodes": (False, True, True, "new_episodes"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_TRAITS))
+def test_each_record_mode_answers_what_the_plugin_and_the_cassette_ask(name):
+    mode = RecordMode(name)
+    assert (mode.replays_recorded, mode.appends, mode.reads_recorded, mode.vcr_record_mode) == RECORD_TRAITS[name]
+
+
 def test_record_modes_say_what_they_do_and_how_they_are_asked_for():
-    assert RecordMode.MISSING.replays_recorded and not RecordMode.ALL.replays_recorded
-    assert [mode.flag for mode in RecordMode] == ["--laya-record", "--laya-record=missing"]
-    assert RecordMode.parse("missing") is RecordMode.MISSING
+    assert set(RECORD_TRAITS) == set(RecordMode.values())
+    assert [mode.flag for mode in RecordMode] == ["--laya-record", "--laya-record=missing",
+                                                  "--laya-record=new_episodes"]
+    assert RecordMode.parse("missing") is RecordMode.MISSING and RecordMode.parse("new_episodes").appends
 
 
 def test_a_bad_record_mode_says_what_to_pass_naming_every_record_mode():
     with pytest.raises(ValueError) as caught:
         RecordMode.parse("tests/x.py")
     assert str(caught.value) == (
-        "'tests/x.py' is not a record mode: use --laya-record (refresh every selected test) or "
-        "--laya-record=missing (record only tests without a cassette); put test paths before --laya-record")
+        "'tests/x.py' is not a record mode: use one of --laya-record (refresh every selected test), "
+        "--laya-record=missing (record only tests without a cassette), --laya-record=new_episodes (keep each "
+        "cassette and append the requests it lacks); put test paths before --laya-record")
 
 
 def test_spec_names_tell_a_document_from_auto():
