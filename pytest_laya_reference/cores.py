@@ -2,8 +2,10 @@
 
 ``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
 threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
-free; a pass flagged ``alone`` takes them all. Every pass on more than one thread runs on one
-thread (``laya-wide``), one at a time, so libgomp manages at most ``cores`` threads and keeps
+free; a pass flagged ``alone`` takes them all. A request alone on an idle server runs instead
+in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``). Every pass
+on more than one thread runs on one thread (``laya-wide``), one at a time, so libgomp manages at
+most ``cores`` threads and keeps
 spinning between parallel regions; ``bound_openmp_spinning`` caps that spinning. Why, with the
 figures: docs/reference-server.md ("Inference") and docs/benchmarks.md ("The figures behind the
 engine's constants").
@@ -15,11 +17,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from statistics import median
 from typing import TypeVar
 
-__all__ = ["CorePool", "TOKENS_PER_THREAD", "auto_cores", "bound_openmp_spinning"]
+__all__ = ["CorePool", "LoneJob", "Shape", "ShapeChooser", "TOKENS_PER_THREAD", "auto_cores",
+           "bound_openmp_spinning"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,6 +42,69 @@ TOKENS_PER_THREAD = 1024
 #: of those measured that keeps a two-thread pass near one thread's time on a busy machine
 #: (docs/benchmarks.md, "The figures behind the engine's constants").
 SPINCOUNT = "1000"
+
+#: Fewest tokens a thread of a lone request's wide pass gets: below that a second thread only
+#: waits at barriers.
+MIN_TOKENS_PER_THREAD = 256
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a lone request's passes run: ``lanes`` passes side by side, ``threads`` torch threads each."""
+
+    lanes: int
+    threads: int
+
+
+@dataclass
+class _Times:
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=3))
+    last: int = -1  # the choice count when it was last measured
+
+
+class ShapeChooser:
+    """Per key (a size of lone request), the shape whose recent times are lowest.
+
+    A shape never measured for a key is tried first (in the order given); after that, every
+    ``explore_every``-th choice of a key tries the shape measured longest ago, so a change of
+    load is noticed; otherwise the lowest median of each shape's last 3 costs wins (one
+    interrupted pass does not flip the choice). Deterministic: the caller measures and
+    ``record``s the cost. Thread-safe.
+    """
+
+    def __init__(self, explore_every: int = 8) -> None:
+        if explore_every < 2:
+            raise ValueError("explore_every must be at least 2")
+        self.explore_every = explore_every
+        self._lock = threading.Lock()
+        self._times: dict[Hashable, dict[Shape, _Times]] = {}
+        self._count: dict[Hashable, int] = {}
+
+    def choose(self, key: Hashable, shapes: Sequence[Shape]) -> Shape:
+        if not shapes:
+            raise ValueError("no shape to choose from")
+        with self._lock:
+            n = self._count.get(key, 0)
+            self._count[key] = n + 1
+            times = self._times.setdefault(key, {})
+            for shape in shapes:
+                if shape not in times or not times[shape].recent:
+                    return shape
+            if n % self.explore_every == 0:
+                return min(shapes, key=lambda s: times[s].last)
+            return min(shapes, key=lambda s: median(times[s].recent))
+
+    def record(self, key: Hashable, shape: Shape, cost: float) -> None:
+        with self._lock:
+            times = self._times.setdefault(key, {}).setdefault(shape, _Times())
+            times.recent.append(cost)
+            times.last = self._count.get(key, 0)
+
+    def estimate(self, key: Hashable, shape: Shape) -> float | None:
+        """The median of ``shape``'s recent costs for ``key``, None if never measured."""
+        with self._lock:
+            times = self._times.get(key, {}).get(shape)
+            return median(times.recent) if times and times.recent else None
 
 
 def bound_openmp_spinning() -> None:
@@ -77,10 +147,13 @@ class CorePool:
     (threads=0, or ``OMP_NUM_THREADS`` set).
     """
 
-    def __init__(self, cores: int | None, workers: int | None = None) -> None:
+    def __init__(self, cores: int | None, workers: int | None = None,
+                 chooser: ShapeChooser | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         if cores is not None and cores < 1:
             raise ValueError("cores must be at least 1")
         self.cores = cores
+        self.chooser = chooser or ShapeChooser()
+        self.clock = clock
         size = cores if cores is not None else max(1, workers or 1)
         self.workers = size
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="laya-forward")
@@ -102,35 +175,48 @@ class CorePool:
             return self._pending == 0 and self._running == 0 and self._free == (self.cores or 0)
 
     def run(self, fn: Callable[[T], R], items: Sequence[T], tokens: Sequence[int] = (),
-            alone: Sequence[bool] = ()) -> list[R]:
+            alone: Sequence[bool] = (), shape: Shape | None = None) -> list[R]:
         """``[fn(item) for item in items]``, each on a worker with its share of the cores; in order.
 
         ``tokens``: each pass's padded tokens (what decides whether it may use more than one
         thread; none given: one thread each). An item whose ``alone`` flag is true runs by itself
-        on every core. The first exception raised by any ``fn`` is raised here once all have
-        finished.
+        on every core. ``shape`` overrides both: ``shape.threads`` threads a pass, one pass at a
+        time on the calling thread when ``shape.lanes`` is 1. The first exception raised by any
+        ``fn`` is raised here once all have finished.
         """
         sizes = list(tokens) + [0] * (len(items) - len(tokens))
         flags = list(alone) + [False] * (len(items) - len(alone))
         if not items:
             return []
+        want = None if shape is None or self.cores is None else min(shape.threads, self.cores)
+        if shape is not None and shape.lanes == 1:
+            out = []
+            for item in items:
+                with self._cond:
+                    self._pending += 1
+                out.append(self._one(fn, item, 0, False, want))
+            return out
         with self._cond:
             self._pending += len(items)
         # The first pass runs on the calling thread: a request alone costs no hand-over.
-        futures = [self._executor.submit(self._one, fn, item, size, flag)
+        futures = [self._executor.submit(self._one, fn, item, size, flag, want)
                    for item, size, flag in zip(items[1:], sizes[1:], flags[1:])]
         try:
-            first = self._one(fn, items[0], sizes[0], flags[0])
+            first = self._one(fn, items[0], sizes[0], flags[0], want)
         finally:
             wait(futures)  # none still runs when the caller moves on, whatever failed
         return [first, *(f.result() for f in futures)]
+
+    def lone_job(self, key: Hashable) -> LoneJob:
+        """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
+        return LoneJob(self, key)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._wide.shutdown(wait=True)
 
-    def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool) -> R:
-        threads = self._take(tokens, alone)
+    def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool, want: int | None = None) -> R:
+        threads = self._take(tokens, alone, want)
         try:
             if threads is not None and threads > 1:
                 return self._wide.submit(self._on_threads, fn, item, threads).result()
@@ -146,8 +232,18 @@ class CorePool:
             self._local.threads = threads
         return fn(item)
 
-    def _take(self, tokens: int, alone: bool) -> int | None:
+    def _take(self, tokens: int, alone: bool, want: int | None = None) -> int | None:
         with self._cond:
+            if want is not None:
+                # A chosen shape: wait for its threads (the only wide pass at a time).
+                while self._waiting_alone or self._free < want or (want > 1 and self._wide_busy):
+                    self._cond.wait()
+                self._pending -= 1
+                self._running += 1
+                self._free -= want
+                self._wide_busy = self._wide_busy or want > 1
+                self.widest = max(self.widest, want)
+                return want
             if alone:
                 self._waiting_alone += 1
                 try:
@@ -180,3 +276,49 @@ class CorePool:
                 if threads > 1:
                     self._wide_busy = False
             self._cond.notify_all()
+
+
+class LoneJob:
+    """One lone request's passes on a ``CorePool``, in the shape its ``ShapeChooser`` picks.
+
+    ``lanes(lengths)`` (the rows' token lengths) chooses the shape and says how many passes to
+    plan at least; ``run`` (``CorePool.run``'s signature) runs them in that shape and records
+    the wall time per 1,000 tokens under the key (the caller's, with the rows' size bucket).
+    """
+
+    def __init__(self, pool: CorePool, key: Hashable) -> None:
+        self.pool = pool
+        self.key = key
+        self.shape: Shape | None = None
+        self._bucket: Hashable = None
+        self._tokens = 0
+
+    def shapes(self, lengths: Sequence[int]) -> list[Shape]:
+        """The shapes worth trying: one thread; every core in one pass, when the rows can feed
+        each thread ``MIN_TOKENS_PER_THREAD`` tokens; the rows side by side, one thread each."""
+        cores = self.pool.cores or 1
+        total = sum(lengths)
+        out = [Shape(1, 1)]
+        wide = min(cores, total // MIN_TOKENS_PER_THREAD)
+        if wide > 1:
+            out.append(Shape(1, wide))
+        lanes = min(cores, len(lengths))
+        if lanes > 1:
+            out.insert(0, Shape(lanes, 1))  # the rule before measurements: rows side by side
+        return out
+
+    def lanes(self, lengths: Sequence[int]) -> int:
+        self._tokens = sum(lengths)
+        self._bucket = (self.key, len(lengths) > 1, self._tokens.bit_length())
+        self.shape = self.pool.chooser.choose(self._bucket, self.shapes(lengths))
+        return self.shape.lanes
+
+    def run(self, fn: Callable[[T], R], items: Sequence[T], tokens: Sequence[int] = (),
+            alone: Sequence[bool] = ()) -> list[R]:
+        if self.shape is None or not items or any(alone):  # not planned by lanes(), nothing, an over-long row
+            return self.pool.run(fn, items, tokens, alone)
+        started = self.pool.clock()
+        out = self.pool.run(fn, items, tokens, alone, shape=self.shape)
+        elapsed_ms = (self.pool.clock() - started) * 1000.0
+        self.pool.chooser.record(self._bucket, self.shape, elapsed_ms * 1000.0 / max(1, self._tokens))
+        return out

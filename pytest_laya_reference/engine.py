@@ -362,10 +362,13 @@ class LayaEngine:
         try:
             if self._packed.get(conf.name):
                 agent = self._agents[conf.name]
-                # Alone on an idle server, a request's rows run side by side, one lane per core.
-                lanes = pool.cores if alone and pool.cores and agent.device.type == "cpu" else 1
-                results = predict_packed(agent, [(r.state, _plain_questions(r.questions), _overrides(r))
-                                                 for r in requests], pool.run, lanes)
+                rows = [(r.state, _plain_questions(r.questions), _overrides(r)) for r in requests]
+                if alone and pool.cores and pool.cores > 1 and agent.device.type == "cpu":
+                    # Alone on an idle server: side by side, wide or on one thread, as measured.
+                    job = pool.lone_job(conf.name)
+                    results = predict_packed(agent, rows, job.run, job.lanes)
+                else:
+                    results = predict_packed(agent, rows, pool.run)
             else:
                 results = router.predict_batch([_laya_item(r, conf.key) for r in requests])
         finally:

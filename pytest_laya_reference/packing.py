@@ -84,13 +84,15 @@ def _even_groups(order: list[int], count: int) -> list[list[int]]:
 
 def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]],
                    run: Callable[..., list[Any]],
-                   lanes: int = 1, pass_tokens: int = PASS_TOKENS) -> list[dict[str, Any]]:
+                   lanes: int | Callable[[Sequence[int]], int] = 1,
+                   pass_tokens: int = PASS_TOKENS) -> list[dict[str, Any]]:
     """laya's result dict (``answers``, ``usage``) per request, from passes shared by all of them.
 
     ``run(fn, passes, tokens, alone)`` must return ``[fn(p) for p in passes]``; it may run
     passes at once (``tokens``: each one's padded tokens), except those flagged in ``alone``: a
     row longer than ``pass_tokens`` runs by itself (one row at a window of 8,192 tokens holds
-    about 1 GB of masks and activations).
+    about 1 GB of masks and activations). ``lanes``: the fewest passes to plan, or a function
+    of the rows' token lengths that says it (``cores.LoneJob.lanes``).
     """
     import numpy as np
     import torch
@@ -99,7 +101,7 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
     encoded = encode_requests(agent, requests)
     rows = [(r, j) for r, enc in enumerate(encoded) for j in range(len(enc.items))]
     lengths = [len(encoded[r].items[j]["ids"]) for r, j in rows]
-    passes = plan_passes(lengths, pass_tokens, lanes)
+    passes = plan_passes(lengths, pass_tokens, lanes if isinstance(lanes, int) else lanes(lengths))
 
     def forward(indices: list[int]) -> tuple[Any, Any]:
         batch = collate_items([[encoded[rows[i][0]].items[rows[i][1]] for i in indices]], agent.tok.pad_token_id)

@@ -330,6 +330,89 @@ def test_every_pass_on_more_than_one_thread_runs_on_the_same_thread() -> None:
         pool.close()
 
 
+def test_the_shape_chooser_tries_each_shape_then_keeps_the_fastest_and_looks_again() -> None:
+    from pytest_laya_reference.cores import Shape, ShapeChooser
+
+    one, wide = Shape(1, 1), Shape(1, 2)
+    chooser = ShapeChooser(explore_every=4)
+    cost = {one: 10.8, wide: 8.4}  # quiet: two threads win
+
+    def step() -> Shape:
+        shape = chooser.choose("512", [one, wide])
+        chooser.record("512", shape, cost[shape])
+        return shape
+
+    assert [step(), step()] == [one, wide]  # each measured once, in the order offered
+    # then the fastest, and every 4th choice the shape measured longest ago
+    assert [step() for _ in range(6)] == [wide, wide, one, wide, wide, wide]
+    assert chooser.estimate("512", wide) == 8.4 and chooser.estimate("other", wide) is None
+
+    cost = {one: 10.8, wide: 25.0}  # another process takes a core: two threads wait at barriers
+    # two slow passes outvote the quiet ones (the median of the last 3), then one thread; wide
+    # is only looked at again every 4th choice
+    assert [step() for _ in range(10)] == [one, wide, wide, one, wide, one, one, one, wide, one]
+
+    cost = {one: 10.8, wide: 8.4}  # quiet again: back to two threads after two looks
+    assert [step() for _ in range(12)] == [one, one, wide, one, one, one, wide, wide, wide, wide, one, wide]
+
+    chooser.record("512", wide, 500.0)  # one pass interrupted: not enough to switch
+    assert chooser.choose("512", [one, wide]) == wide
+    with pytest.raises(ValueError):
+        ShapeChooser(explore_every=1)
+    with pytest.raises(ValueError):
+        chooser.choose("512", [])
+
+
+def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_per_token() -> None:
+    import torch
+
+    from pytest_laya_reference.cores import CorePool, Shape
+
+    now = [0.0]
+    pool = CorePool(2, clock=lambda: now[0])
+    seen: list[tuple[str, int]] = []
+
+    def one_pass(name: str) -> str:
+        seen.append((name, torch.get_num_threads()))
+        now[0] += 0.004 / torch.get_num_threads()  # a pass: 4 ms on one thread, 2 on two
+        return name
+
+    try:
+        job = pool.lone_job("tiny")
+        assert job.shapes([100]) == [Shape(1, 1)]  # one short row: nothing for a second thread
+        assert job.shapes([512]) == [Shape(1, 1), Shape(1, 2)]
+        assert job.shapes([512] * 4) == [Shape(2, 1), Shape(1, 1), Shape(1, 2)]
+        assert job.shapes([80, 80]) == [Shape(2, 1), Shape(1, 1)]
+
+        for _ in range(3):  # 512 tokens, one row: one thread, two threads, then the faster
+            job = pool.lone_job("tiny")
+            assert job.lanes([512]) == 1
+            assert job.run(one_pass, ["row"], [512], [False]) == ["row"]
+        assert [t for _, t in seen] == [1, 2, 2]
+        key = ("tiny", False, (512).bit_length())
+        assert pool.chooser.estimate(key, Shape(1, 1)) == pytest.approx(4.0 * 1000 / 512)  # ms per 1,000 tokens
+        assert pool.chooser.estimate(key, Shape(1, 2)) == pytest.approx(2.0 * 1000 / 512)
+
+        seen.clear()
+        job = pool.lone_job("tiny")
+        assert job.lanes([512] * 4) == 2  # four rows, nothing measured: side by side first
+        assert job.run(one_pass, ["a", "b"], [1024, 1024], [False, False]) == ["a", "b"]
+        assert sorted(seen) == [("a", 1), ("b", 1)]
+        seen.clear()
+        job = pool.lone_job("tiny")
+        assert job.lanes([512] * 4) == 1  # then all on one thread, one pass after another
+        job.run(one_pass, ["a", "b"], [1024, 1024], [False, False])
+        assert seen == [("a", 1), ("b", 1)]
+        seen.clear()
+        job = pool.lone_job("tiny")
+        assert job.lanes([512] * 4) == 1 and job.shape == Shape(1, 2)  # then wide, on the one wide thread
+        job.run(one_pass, ["abcd"], [2048], [False])
+        assert seen == [("abcd", 2)] and pool.widest == 2
+        assert pool.idle
+    finally:
+        pool.close()
+
+
 def test_a_failed_pass_fails_the_call_after_the_others_end() -> None:
     from pytest_laya_reference.cores import CorePool
 
@@ -554,12 +637,67 @@ def test_passes_hold_a_bounded_number_of_tokens(engine: LayaEngine, monkeypatch:
 
 def test_a_request_alone_runs_its_rows_side_by_side(engine: LayaEngine, singles: list[DecisionResult],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_laya_reference.cores import ShapeChooser
+
     if (engine.threads or 1) < 2:
         pytest.skip("one core: nothing to run side by side")
+    assert engine._pool is not None
+    monkeypatch.setattr(engine._pool, "chooser", ShapeChooser())  # nothing measured yet: side by side first
     rows = _count_passes(engine, monkeypatch)
     result = engine.predict("tiny", [DecisionRequest(*PARITY_CASES[4])])[0]  # 4 questions
     assert len(rows) == min(4, engine.threads or 1) and sum(rows) == 4
     assert result == singles[4]
+
+
+class _Pinned:
+    """A ShapeChooser that always picks one shape (when offered) and keeps what it was told."""
+
+    def __init__(self, pick: Any) -> None:
+        self.pick = pick
+        self.offered: list[list[Any]] = []
+        self.recorded: list[tuple[Any, Any, float]] = []
+
+    def choose(self, key: Any, shapes: Sequence[Any]) -> Any:
+        self.offered.append(list(shapes))
+        return self.pick if self.pick in shapes else shapes[0]
+
+    def record(self, key: Any, shape: Any, cost: float) -> None:
+        self.recorded.append((key, shape, cost))
+
+
+@pytest.mark.parametrize("pick", ["wide", "narrow"])
+def test_a_request_alone_runs_in_the_shape_its_chooser_measured_fastest(
+        engine: LayaEngine, agent: Any, monkeypatch: pytest.MonkeyPatch, pick: str) -> None:
+    import torch
+
+    from pytest_laya_reference.cores import Shape
+
+    if (engine.threads or 1) < 2:
+        pytest.skip("one core: one shape only")
+    assert engine._pool is not None
+    shape = Shape(1, 2) if pick == "wide" else Shape(1, 1)
+    chooser = _Pinned(shape)
+    monkeypatch.setattr(engine._pool, "chooser", chooser)
+    passes: list[tuple[int, int]] = []  # (rows, torch threads)
+    original = engine._agents["tiny"]._forward
+
+    def recording(batch: dict[str, Any]) -> Any:
+        passes.append((int(batch["input_ids"].shape[0]), torch.get_num_threads()))
+        return original(batch)
+
+    monkeypatch.setattr(engine._agents["tiny"], "_forward", recording)
+    state = " ".join(["The customer reports a double charge on the invoice."] * 12)  # 4 rows of ~150 tokens
+    result = engine.predict("tiny", [DecisionRequest(state, MIXED)])[0]
+    assert chooser.offered == [[Shape(2, 1), Shape(1, 1), Shape(1, 2)]]
+    assert passes == [(4, shape.threads)]  # one pass, on the threads chosen
+    assert _max_diff(result.answers, agent.predict(state, MIXED)["answers"]) <= TOL
+    assert len(chooser.recorded) == 1 and chooser.recorded[0][1] == shape and chooser.recorded[0][2] > 0
+
+    passes.clear()
+    monkeypatch.setattr(engine, "_inflight", 1)  # another decision in inference: not alone
+    engine.predict("tiny", [DecisionRequest(state, MIXED)])
+    assert len(chooser.offered) == 1 and len(chooser.recorded) == 1  # the fixed rule, unmeasured
+    assert [threads for _, threads in passes] == [1]
 
 
 def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoint_dir: str,
