@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 
 # The token window counted for a request that sets no `max_len` (laya's default, and the window
 # of its published checkpoints and of the embedded tiny one): one rule, in the wire layer.
-from pytest_laya.wire.requests import DEFAULT_WINDOW_TOKENS, MAX_BODY_BYTES
+from pytest_laya.wire.requests import (
+    DEFAULT_WINDOW_TOKENS,
+    MAX_BATCH_STATES,
+    MAX_BODY_BYTES,
+    MAX_OPTIONS,
+    MAX_QUESTIONS,
+    MAX_REQUEST_TOKENS,
+    MAX_STATE_CHARS,
+)
 
 __all__ = ["DEFAULT_WINDOW_TOKENS", "INFLIGHT_REQUESTS", "Limits", "ServerSettings", "check_api_key"]
 
@@ -27,12 +35,12 @@ class Limits:
     a minute of CPU on the tiny checkpoint; 4 questions are admitted at that window).
     """
 
-    max_questions: int = 64
-    max_state_chars: int = 50_000
+    max_questions: int = MAX_QUESTIONS
+    max_state_chars: int = MAX_STATE_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
-    max_options: int = 100
-    max_batch_states: int = 64
-    max_request_tokens: int = 64 * DEFAULT_WINDOW_TOKENS
+    max_options: int = MAX_OPTIONS
+    max_batch_states: int = MAX_BATCH_STATES
+    max_request_tokens: int = MAX_REQUEST_TOKENS
 
     def __post_init__(self) -> None:
         for name, value in self.to_json().items():

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, Exchange, flavour, target_flavour
+from pytest_laya.fake.flavours import LAYA_SERVE, LIMITS, TARGET, FakeResponse, flavour, target_flavour
 from pytest_laya.fake.pins import (
     PINNED_PROBABILITY,
     Pin,
@@ -325,7 +325,7 @@ class FakeLaya:
 
     # ----------------------------------------------------------------- requests
 
-    def answer(self, body: Any, *, request_id: str | None = None) -> Exchange:
+    def answer(self, body: Any, *, request_id: str | None = None) -> FakeResponse:
         """(status, headers, JSON body) for a parsed ``POST /v1/systemone`` body.
 
         Validates the body as the flavor's server does. In the target flavor `request_id` is
@@ -336,13 +336,14 @@ class FakeLaya:
         return self._answering(lambda: self._flavour.request(self, body, batch=False, request_id=request_id),
                                request_id)[0]
 
-    def answer_batch(self, body: Any, *, request_id: str | None = None) -> Exchange:
+    def answer_batch(self, body: Any, *, request_id: str | None = None) -> FakeResponse:
         """(status, headers, JSON body) for a parsed ``POST /v1/systemone/batch`` body."""
         return self._answering(lambda: self._flavour.request(self, body, batch=True, request_id=request_id),
                                request_id)[0]
 
-    def _answering(self, respond: Callable[[], Exchange], request_id: str | None) -> tuple[Exchange, str | None, dict[str, Pin]]:
-        """`respond()` with pin errors turned into the flavor's 422: (exchange, pin error, pins used by id)."""
+    def _answering(self, respond: Callable[[], FakeResponse],
+                   request_id: str | None) -> tuple[FakeResponse, str | None, dict[str, Pin]]:
+        """`respond()` with pin errors turned into the flavor's 422: (response, pin error, pins used by id)."""
         used: dict[str, Pin] = {}
         self._local.pins = used
         try:
@@ -354,7 +355,7 @@ class FakeLaya:
         finally:
             self._local.pins = None
 
-    def _pin_refusal(self, error: PinError, request_id: str | None) -> Exchange:
+    def _pin_refusal(self, error: PinError, request_id: str | None) -> FakeResponse:
         detail = f"pytest-laya's fake could not give a pinned answer (the test's pin is wrong): {error.summary}"
         if self.flavor != TARGET:
             return 422, {"Content-Type": JSON_MEDIA_TYPE}, {"detail": detail}
@@ -365,7 +366,7 @@ class FakeLaya:
         return target_flavour().problem(Problem("invalid_request", detail, errors=[item]), rid)
 
     def exchange(self, request: ReceivedRequest, *, api_key: str | None = None, url: str | None = None,
-                 fault: str | None = None) -> Exchange:
+                 fault: str | None = None) -> FakeResponse:
         """Answer one HTTP request as the flavor's server routes it, and record it in `calls`.
 
         The one path every transport takes: the loopback `FakeLayaServer`, the in-process httpx
@@ -441,7 +442,7 @@ class FakeLaya:
         request_id: str | None = None,
         questions: Any = None,
         code: str | None = None,
-    ) -> Exchange:
+    ) -> FakeResponse:
         """A spec-correct error response with `status`, as the flavor's server words it.
 
         Target: problem+json with the code documented for `status` (422: ``invalid_question``

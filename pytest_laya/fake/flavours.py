@@ -25,8 +25,12 @@ from pytest_laya.wire.pointer import question_pointer
 from pytest_laya.wire.problems import PROBLEM_MEDIA_TYPE, Problem
 from pytest_laya.wire.questions import QUESTION_TYPES, option_key
 from pytest_laya.wire.requests import (
-    DEFAULT_WINDOW_TOKENS,
+    MAX_BATCH_STATES,
     MAX_BODY_BYTES,
+    MAX_OPTIONS,
+    MAX_QUESTIONS,
+    MAX_REQUEST_TOKENS,
+    MAX_STATE_CHARS,
     check_media_type,
     check_nesting,
     has_lone_surrogate,
@@ -42,7 +46,7 @@ from pytest_laya.wire.routes import (
     READYZ_PATH,
 )
 
-__all__ = ["FLAVORS", "TARGET", "LAYA_SERVE", "LIMITS", "LAYA_SERVE_MODEL_FIELD", "Answerer", "Exchange", "flavour"]
+__all__ = ["FLAVORS", "TARGET", "LAYA_SERVE", "LIMITS", "LAYA_SERVE_MODEL_FIELD", "Answerer", "FakeResponse", "flavour"]
 
 TARGET = "target"
 LAYA_SERVE = "laya-serve-0.4.15"
@@ -50,18 +54,18 @@ FLAVORS: tuple[str, ...] = (TARGET, LAYA_SERVE)
 
 #: What one request may carry (the target's /health advertises these; laya-serve's defaults).
 LIMITS: Mapping[str, int] = {
-    "max_questions": 64,
-    "max_state_chars": 50_000,
+    "max_questions": MAX_QUESTIONS,
+    "max_state_chars": MAX_STATE_CHARS,
     "max_body_bytes": MAX_BODY_BYTES,
-    "max_options": 100,
-    "max_batch_states": 64,
-    "max_request_tokens": 64 * DEFAULT_WINDOW_TOKENS,
+    "max_options": MAX_OPTIONS,
+    "max_batch_states": MAX_BATCH_STATES,
+    "max_request_tokens": MAX_REQUEST_TOKENS,
 }
 #: laya-serve's top-level `model`, whatever answered.
 LAYA_SERVE_MODEL_FIELD = "laya-rl-agent"
 
 #: (status, headers, JSON body or text) of one response.
-Exchange = tuple[int, dict[str, str], Any]
+FakeResponse = tuple[int, dict[str, str], Any]
 
 
 class Answerer(Protocol):
@@ -152,7 +156,7 @@ class _TargetFlavour:
                 "limits": dict(laya.limits)}
 
     def request(self, laya: Answerer, body: Any, *, batch: bool, request_id: str | None,
-                parsed: bool = False) -> Exchange:
+                parsed: bool = False) -> FakeResponse:
         """Answer a parsed body; `parsed` says `parse_json_object` already checked its text."""
         rid = answered_request_id(request_id)
         try:
@@ -185,14 +189,14 @@ class _TargetFlavour:
         return 200, headers, {"model": laya.model, "answers": answers, "usage": usage, "routing": routing,
                               "served_by": laya.served_by}
 
-    def problem(self, problem: Problem, request_id: str | None, headers: Mapping[str, str] | None = None) -> Exchange:
+    def problem(self, problem: Problem, request_id: str | None, headers: Mapping[str, str] | None = None) -> FakeResponse:
         out = {"Content-Type": PROBLEM_MEDIA_TYPE, **problem.headers(), **(headers or {})}
         if request_id:
             out[REQUEST_ID_HEADER] = request_id
         return problem.status, out, problem.document(request_id)
 
     def refusal(self, laya: Answerer, status: int, *, detail: str | None, extra: dict[str, str],
-                request_id: str | None, first: Any, code: str | None = None) -> Exchange:
+                request_id: str | None, first: Any, code: str | None = None) -> FakeResponse:
         extra = {**extra, SPEC_HEADER: TARGET}
         rid = answered_request_id(request_id)
         if code is not None:
@@ -211,12 +215,12 @@ class _TargetFlavour:
                        "detail": detail or "refused by FakeLayaServer.status(422)"}]
         return self.problem(Problem(code, detail or scripted, errors=errors), rid, extra)
 
-    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> FakeResponse:
         """One HTTP request, routed as the reference server routes it, claiming the target spec."""
         status, headers, body = self._route(laya, request, authorized=authorized)
         return status, {**headers, SPEC_HEADER: TARGET}, body
 
-    def _route(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def _route(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> FakeResponse:
         rid = answered_request_id(request.header(REQUEST_ID_HEADER))
         path = request.path.split("?", 1)[0]
         routes = {DECIDE_PATH: "POST", BATCH_PATH: "POST", HEALTH_PATH: "GET", LIVEZ_PATH: "GET", READYZ_PATH: "GET"}
@@ -271,7 +275,7 @@ class _LayaServeFlavour:
         }
 
     def request(self, laya: Answerer, body: Any, *, batch: bool, request_id: str | None,
-                parsed: bool = False) -> Exchange:
+                parsed: bool = False) -> FakeResponse:
         try:
             states, questions, explicit = self._checked(laya, body, batch=batch)
         except _LayaServeRefusal as refusal:
@@ -295,7 +299,7 @@ class _LayaServeFlavour:
         return {"model": laya.model, "repo": laya.model, "reason": reason, "detection": None, "workflow": None}
 
     def refusal(self, laya: Answerer, status: int, *, detail: str | None, extra: dict[str, str],
-                request_id: str | None, first: Any, code: str | None = None) -> Exchange:
+                request_id: str | None, first: Any, code: str | None = None) -> FakeResponse:
         if status in _PROXY_TEXT:
             text = detail if detail is not None else _PROXY_TEXT[status]
             return status, {"Content-Type": "text/plain; charset=utf-8", **extra}, text
@@ -307,11 +311,11 @@ class _LayaServeFlavour:
                 detail = _LAYA_SERVE_TEXT.get(status, _phrase(status))
         return status, {"Content-Type": JSON_MEDIA_TYPE, **extra}, {"detail": detail}
 
-    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> Exchange:
+    def exchange(self, laya: Answerer, request: ReceivedRequest, *, authorized: bool) -> FakeResponse:
         path = request.path.split("?", 1)[0]
         routes = {DECIDE_PATH: "POST", BATCH_PATH: "POST", HEALTH_PATH: "GET"}
 
-        def detail(status: int, text: str, **headers: str) -> Exchange:
+        def detail(status: int, text: str, **headers: str) -> FakeResponse:
             return status, {"Content-Type": JSON_MEDIA_TYPE, **headers}, {"detail": text}
 
         if path not in routes:

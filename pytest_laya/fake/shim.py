@@ -16,14 +16,14 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from pytest_laya.fake.flavours import Exchange
+from pytest_laya.fake.flavours import FakeResponse
 from pytest_laya.faults import ReceivedRequest, Respond
 from pytest_laya.intercept import sockets
 
 __all__ = ["InProcessHost", "served_hosts"]
 
 #: A host's handler: (the parsed request, its full URL) -> (status, headers, body).
-Route = Callable[[ReceivedRequest, str], Exchange]
+Route = Callable[[ReceivedRequest, str], FakeResponse]
 
 _lock = threading.RLock()
 _routes: dict[tuple[str, int], Route] = {}

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from pytest_laya.fake.flavours import Exchange
+from pytest_laya.fake.flavours import FakeResponse
 from pytest_laya.faults import ReceivedRequest, Respond
 
 __all__ = ["Exchanger", "FakeLayaTransport", "received"]
@@ -25,7 +25,7 @@ class Exchanger(Protocol):
     """What answers the transport's requests: `FakeLaya.exchange`, the fake's one path."""
 
     def exchange(self, request: ReceivedRequest, *, api_key: str | None = None, url: str | None = None,
-                 fault: str | None = None) -> Exchange:
+                 fault: str | None = None) -> FakeResponse:
         ...
 
 

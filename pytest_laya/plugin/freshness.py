@@ -26,10 +26,10 @@ def shown_path(path: Path, root: Path) -> str:
 
 
 def _live_identities(run: LayaRun, checkpoint: str | None) -> list[Any] | None:
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
 
     assert run.url is not None
-    health = run.health_of(ServerHandle(url=run.url, kind="live", api_key=run.api_key))
+    health = run.health_of(ServerHandle(url=run.url, kind=ServerKind.LIVE, api_key=run.api_key))
     if health is None:
         return None
     names: list[str | None] = list(health.loaded) or [None]

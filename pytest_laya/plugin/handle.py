@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.fake.pins import Pin, QuestionsMatcher, StateMatcher
     from pytest_laya.plugin.routes import TestRoute
     from pytest_laya.plugin.run import LayaRun
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
     from pytest_laya.wire.calls import Calls
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
@@ -62,7 +62,7 @@ class LayaServer:
         return self.server.url
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> ServerKind:
         return self.server.kind
 
     @property

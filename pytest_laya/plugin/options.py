@@ -256,10 +256,11 @@ def _store(config: pytest.Config) -> object:
         if config.option.laya_store_write:
             raise pytest.UsageError("--laya-store-write writes to the shared cassette store: give it with --laya-store URL")
         return None
-    from pytest_laya.store import CassetteStore, shown_url
+    from pytest_laya.store import CassetteStore
+    from pytest_laya.wire.urls import redact_url
 
     if "://" not in url:
-        raise pytest.UsageError(f"--laya-store {shown_url(url)!r} is not a URL: use e.g. s3://bucket/cassettes, "
+        raise pytest.UsageError(f"--laya-store {redact_url(url)!r} is not a URL: use e.g. s3://bucket/cassettes, "
                                 f"file:///srv/cassettes or memory://cassettes")
     return CassetteStore(url, writable=bool(write))
 

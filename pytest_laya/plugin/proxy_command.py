@@ -83,7 +83,7 @@ class _Standalone:
         from pytest_laya.plugin.run import LayaRun
         from pytest_laya.proxy import CassetteLibrary, RouteTarget, Upstream
         from pytest_laya.route.spec_check import SpecCheck
-        from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
+        from pytest_laya.servers.handle import REPLAY_URL, ServerHandle, ServerKind
         from pytest_laya.wire.urls import redact_url
 
         self.mode = Mode(options.mode)
@@ -96,7 +96,7 @@ class _Standalone:
         self.handle = None
         if self.mode.replays:
             self.library = CassetteLibrary(directory)
-            server = ServerHandle(url=REPLAY_URL, kind="replay", spec=(spec or SpecName.AUTO).value,
+            server = ServerHandle(url=REPLAY_URL, kind=ServerKind.REPLAY, spec=(spec or SpecName.AUTO).value,
                                   label=f"replay of {directory}")
             cassette: Any = self.library
             self.what = f"{self.library.interactions} interactions from {len(self.library.handles)} cassettes under {directory}"
@@ -107,7 +107,7 @@ class _Standalone:
                                    record_hint="--mode record").open(path if record else "<capture>")
             if not record:
                 self.handle.discard()
-            server = ServerHandle(url=options.upstream, kind="live", spec=(spec or SpecName.AUTO).value,
+            server = ServerHandle(url=options.upstream, kind=ServerKind.LIVE, spec=(spec or SpecName.AUTO).value,
                                   label=f"{self.mode} {redact_url(options.upstream)}")
             cassette = self.handle.cassette
             self.what = f"forwarding to {redact_url(options.upstream)}" + (f", recording into {path}" if record else "")

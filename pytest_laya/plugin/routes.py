@@ -147,7 +147,7 @@ class TestRoute:
             run.health_of(server)
         handle = route.handle = route._open_handle(request, run, config)
         route.check = SpecCheck(run, route)
-        answerer = route._in_memory_fake(request) if given is None and server.kind == "fake" else handle.cassette
+        answerer = route._in_memory_fake(request) if given is None and server.kind.is_fake else handle.cassette
         route.laya = LayaRoute(answerer, kind="replay" if kind.replays else "record",
                                urls=_urls(run, server), observer=route.check, redact=handle.redact)
         handle.calls = route.laya.calls
@@ -282,10 +282,10 @@ def open_fake_route(request: pytest.FixtureRequest, run: LayaRun, url: str) -> c
     --laya-block-network, and every response is checked against the target spec and counted in the
     conformance table under ``laya_fake_server``. A violation is listed, never failing the test:
     the fake breaks its spec only where the test's fault script asks it to (`garbage_body()`)."""
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
 
     spec = (run.spec_document or SpecName.TARGET).value
-    server = ServerHandle(url=url, kind="fake", spec=spec, label="laya_fake_server")
+    server = ServerHandle(url=url, kind=ServerKind.FAKE, spec=spec, label="laya_fake_server")
     return TestRoute.opened(request, run, server, primary=False)
 
 
@@ -332,15 +332,15 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
     `given` is a project's own `laya_server`: of kind ``live`` (or ``replay``) the mode applies to
     it as to ``--laya-url``; of any other kind it is captured and checked, never recorded.
     """
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
 
     wanted = marker_options(request.node).get("server")
-    if given is not None and given.kind not in ("live", "replay"):
+    if given is not None and not given.kind.follows_mode:
         return given, RouteKind.CAPTURE, None
     if given is None and (wanted == "fake" or (wanted is None and run.mode.fakes)):
         fake = request.getfixturevalue("_laya_session_fake")
         pin_marker_answers(request, fake.laya, run)
-        return ServerHandle(url=fake.url, kind="fake", spec=(run.spec_document or SpecName.TARGET).value), \
+        return ServerHandle(url=fake.url, kind=ServerKind.FAKE, spec=(run.spec_document or SpecName.TARGET).value), \
             RouteKind.CAPTURE, None
     if not run.mode.uses_cassette_file:
         return given or _live_handle(request, run, wanted), RouteKind.CAPTURE, None
@@ -355,7 +355,7 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
 def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
     from pytest_laya.cassettes.errors import CassetteError
     from pytest_laya.cassettes.persist import provenance_of, read_cassette
-    from pytest_laya.servers.handle import REPLAY_URL, ServerHandle
+    from pytest_laya.servers.handle import REPLAY_URL, ServerHandle, ServerKind
 
     try:  # parsed once: opening the cassette next reads the same parse
         provenance = provenance_of(read_cassette(path)) or {}
@@ -363,12 +363,12 @@ def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
         provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
     spec = run.spec_document or SpecName.document(provenance.get("spec")) or SpecName.AUTO
-    return ServerHandle(url=run.url or REPLAY_URL, kind="replay", spec=spec.value, recorded_from=source,
+    return ServerHandle(url=run.url or REPLAY_URL, kind=ServerKind.REPLAY, spec=spec.value, recorded_from=source,
                         api_key=run.api_key)
 
 
 def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | None) -> ServerHandle:
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
 
     if wanted == "reference":
         reference: ServerHandle = request.getfixturevalue("laya_reference_server")
@@ -376,7 +376,7 @@ def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | Non
     if not run.url:
         pytest.fail(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL), or "
                     f"@pytest.mark.laya(server='reference') on the test", pytrace=False)
-    return ServerHandle(url=run.url, kind="live", spec=(run.spec_document or SpecName.AUTO).value, api_key=run.api_key)
+    return ServerHandle(url=run.url, kind=ServerKind.LIVE, spec=(run.spec_document or SpecName.AUTO).value, api_key=run.api_key)
 
 
 def _recording(run: LayaRun, path: Path) -> bool | RecordMode:
@@ -399,7 +399,7 @@ def _urls(run: LayaRun, server: ServerHandle) -> list[str]:
     from pytest_laya.servers.handle import REPLAY_URL
 
     urls = [server.url]
-    if server.kind == "replay":
+    if server.kind.replays:
         urls.append(REPLAY_URL)
         if run.url:
             urls.append(run.url)

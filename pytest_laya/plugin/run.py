@@ -153,7 +153,7 @@ class LayaRun:
 
         if getattr(server, "label", None):
             return str(server.label)
-        if server.kind != "replay":
+        if not server.kind.replays:
             return f"{server.kind} {redact_url(server.url)}"
         return f"replay of {server.recorded_from}" if getattr(server, "recorded_from", None) else "replay"
 

@@ -25,7 +25,7 @@ REFERENCE_READY_TIMEOUT_S = 120.0
 
 def reference_server(run: LayaRun) -> Iterator[ServerHandle]:
     """The reference server on the tiny checkpoint (or ``--laya-checkpoint``), on a free port."""
-    from pytest_laya.servers.handle import ServerHandle
+    from pytest_laya.servers.handle import ServerHandle, ServerKind
     from pytest_laya.servers.readiness import NotReady, wait_ready
 
     try:
@@ -42,7 +42,7 @@ def reference_server(run: LayaRun) -> Iterator[ServerHandle]:
             wait_ready(thread.url, timeout_s=REFERENCE_READY_TIMEOUT_S, what="the reference server")
         except NotReady as exc:
             pytest.fail(str(exc), pytrace=False)
-        yield ServerHandle(url=thread.url, kind="reference", spec="target")
+        yield ServerHandle(url=thread.url, kind=ServerKind.REFERENCE, spec="target")
 
 
 def spec_observer(run: LayaRun, server: Any, cassette: Any = None) -> Callable[[Any], None]:

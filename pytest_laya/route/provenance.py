@@ -30,7 +30,7 @@ def set_recorded_provenance(handle: CassetteHandle, server: ServerHandle, health
         identity = None
     # A test (or a fixture of the project) may have named the server already (set_provenance).
     name = (handle.provenance or {}).get("server") or (
-        _server_seen(server, identity, exchanges) if server.kind == "live" else server.kind)
+        _server_seen(server, identity, exchanges) if server.kind.is_live else server.kind.value)
     handle.set_provenance(server=name, spec=spec, identity=identity)
 
 

@@ -91,10 +91,10 @@ class SpecCheck:
             return chosen.value, f"--laya-spec {chosen} was given"
         known = SpecName.document(server.spec)
         if known is not None:
-            if server.kind == "replay":
+            if server.kind.replays:
                 return known.value, "its cassette was recorded under it"
             return known.value, f"a {server.kind} server implements it"
-        health = self.run.health_of(server) if server.kind != "replay" else None
+        health = self.run.health_of(server) if not server.kind.replays else None
         claim = claimed_spec_of(exchange.headers, health)
         return claim.name, claim.of("the server")
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_laya.servers.claimed_spec import ClaimedSpec, claimed_spec_of
-from pytest_laya.servers.handle import REPLAY_URL, SERVER_KINDS, ServerHandle
+from pytest_laya.servers.handle import REPLAY_URL, SERVER_KINDS, ServerHandle, ServerKind
 from pytest_laya.servers.readiness import NotReady, wait_ready
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.servers.laya_serve import LayaServeProcess
 
 __all__ = ["REPLAY_URL", "SERVER_KINDS", "ClaimedSpec", "LayaServeProcess", "NotReady", "ServerHandle",
-           "claimed_spec_of", "wait_ready"]
+           "ServerKind", "claimed_spec_of", "wait_ready"]
 
 
 def __getattr__(name: str) -> Any:

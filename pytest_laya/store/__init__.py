@@ -9,8 +9,9 @@ file renamed into place.
 
 Credentials come from the engine's usual sources (for S3: ``AWS_*`` variables, ``~/.aws``, an
 instance role; ``FSSPEC_*`` configuration), never from the kit, and never reach a cassette or a
-message: a store is shown by its URL without user, password or query, and an engine's error text
-is shown with any credential-looking value of the environment replaced.
+message: a store is shown by its URL as `redact_url` shows every URL (user, password and query
+masked), and an engine's error text is shown with any credential-looking value of the environment
+replaced.
 
 fsspec (and s3fs, gcsfs, adlfs for their schemes) are imported only when a store is opened:
 ``pip install 'pytest-laya[store]'``.
@@ -24,12 +25,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, written_by_pytest_laya
 from pytest_laya.wire.redaction import MASK
+from pytest_laya.wire.urls import redact_url
 
-__all__ = ["CassetteStore", "StoreError", "pull", "push", "shown_url", "local_cassettes"]
+__all__ = ["CassetteStore", "StoreError", "pull", "push", "local_cassettes"]
 
 #: Environment variables whose values are never shown (an engine's error may quote one).
 _SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "KEY", "CREDENTIAL", "SAS", "SIGNATURE")
@@ -41,20 +43,9 @@ class StoreError(Exception):
     """A store that cannot be opened, read or written; the message says which and what to do."""
 
 
-def shown_url(url: str) -> str:
-    """`url` as a message may show it: no user, password, query or fragment."""
-    parts = urlsplit(url)
-    if not parts.scheme:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 def _scrubbed(text: str, url: str) -> str:
-    if url != shown_url(url):
-        text = text.replace(url, shown_url(url))
+    if url != redact_url(url):
+        text = text.replace(url, redact_url(url))
     parts = urlsplit(url)
     for secret in (parts.password, parts.username):
         if secret:
@@ -71,7 +62,7 @@ class CassetteStore:
     def __init__(self, url: str, *, writable: bool = False) -> None:
         self.url = url
         self.writable = writable
-        self.shown = shown_url(url)
+        self.shown = redact_url(url)
         self._fs: Any = None
         self._root = ""
 

@@ -27,7 +27,7 @@ import pytest
 
 from pytest_laya.client import DECIDE_PATH
 from pytest_laya.route.modes import Mode
-from pytest_laya.servers import ServerHandle
+from pytest_laya.servers import ServerHandle, ServerKind
 from pytest_laya.servers.claimed_spec import DEFAULT_SPEC
 from pytest_laya.suites.behaviour import Tolerance, option_orders, tolerance_for, with_fillers
 from pytest_laya.suites.measures import Comparison, compare, decided, describe, probability_change
@@ -87,9 +87,9 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     """The server named by --laya-url (or the plugin's fake in --laya-mode=fake), held to its spec:
     --laya-spec's, or (without it, or with ``auto``) the one it claims."""
     if laya_run.mode is Mode.LIVE:
-        url, kind, api_key = laya_run.url, "live", laya_run.api_key
+        url, kind, api_key = laya_run.url, ServerKind.LIVE, laya_run.api_key
     elif laya_run.mode.fakes:
-        url, kind, api_key = request.getfixturevalue("_laya_session_fake").url, "fake", None
+        url, kind, api_key = request.getfixturevalue("_laya_session_fake").url, ServerKind.FAKE, None
     else:
         pytest.exit(f"the server contract checks a running server: add --laya-mode=live --laya-url URL "
                     f"(this run is --laya-mode={laya_run.mode})", returncode=pytest.ExitCode.USAGE_ERROR)

@@ -38,7 +38,7 @@ from pytest_laya.wire.decision import Decision
 from pytest_laya.wire.headers import REQUEST_ID_HEADER, new_request_id
 from pytest_laya.wire.problems import printable
 from pytest_laya.wire.redaction import MASK
-from pytest_laya.wire.requests import MAX_BODY_BYTES
+from pytest_laya.wire.requests import MAX_BODY_BYTES, MAX_QUESTIONS, MAX_STATE_CHARS
 from pytest_laya.wire.spec_name import SpecName
 from pytest_laya.wire.urls import redact_url
 
@@ -77,8 +77,8 @@ LIMIT_NAMES = ("max_questions", "max_state_chars", "max_body_bytes")
 #: ("More than 64 questions, ..., a state over 50,000 characters, or a body over 2 MiB") and
 #: the target's /health example (`limits`). tests/contract/test_server_contract.py holds them to the specs.
 DOCUMENTED_LIMITS: Mapping[str, Mapping[str, int]] = {
-    "current": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": MAX_BODY_BYTES},
-    "target": {"max_questions": 64, "max_state_chars": 50_000, "max_body_bytes": MAX_BODY_BYTES},
+    "current": {"max_questions": MAX_QUESTIONS, "max_state_chars": MAX_STATE_CHARS, "max_body_bytes": MAX_BODY_BYTES},
+    "target": {"max_questions": MAX_QUESTIONS, "max_state_chars": MAX_STATE_CHARS, "max_body_bytes": MAX_BODY_BYTES},
 }
 #: How this run is given the server's key, for messages (``--laya-api-key`` unless a front end,
 #: such as ``python -m pytest_laya check``, stashes its own flag here).

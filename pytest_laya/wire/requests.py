@@ -36,8 +36,13 @@ except ImportError:  # the `reference` extra installs it; json alone gives the s
     orjson = None  # type: ignore[assignment]
 
 __all__ = [
+    "MAX_BATCH_STATES",
     "MAX_BODY_BYTES",
     "MAX_NESTING",
+    "MAX_OPTIONS",
+    "MAX_QUESTIONS",
+    "MAX_REQUEST_TOKENS",
+    "MAX_STATE_CHARS",
     "MAX_TOKEN_BUDGET",
     "MIN_CONFIDENCE_BUCKETS",
     "ROUTING_CONTROLS",
@@ -62,6 +67,15 @@ __all__ = [
 #: The default limit on a request body (2 MiB): laya-serve 0.4.15's, what both specs document,
 #: and the default of the reference server, the fake and the recording proxy.
 MAX_BODY_BYTES = 2 * 1024 * 1024
+#: The other default limits of one request, one home for each: laya-serve 0.4.15's (the questions
+#: and state the current spec's 413 names, the target's /health example), the reference server's
+#: and the fake's defaults, and what the server contract probes when a server publishes none.
+MAX_QUESTIONS = 64
+MAX_STATE_CHARS = 50_000
+MAX_OPTIONS = 100
+MAX_BATCH_STATES = 64
+#: States x questions x window tokens: every request the limits above admit at the default window.
+MAX_REQUEST_TOKENS = 64 * DEFAULT_WINDOW_TOKENS
 #: Arrays and objects nested deeper than this are refused (400 malformed_request) before anything
 #: walks the body: a decision needs a few levels, and a fixed bound makes the refusal independent
 #: of the interpreter's stack depth.
