@@ -11,6 +11,8 @@ import pytest
 import vcr  # noqa: F401
 import vcr.stubs.httpx_stubs  # noqa: F401
 
+import pytest_laya.plugin.proxy  # noqa: F401
+import pytest_laya.proxy  # noqa: F401
 from pytest_laya.fake import FakeLayaServer
 from tests.helpers.pytester_runs import CANARY, TEST_DECIDE, WITHOUT_UNUSED_PLUGINS, cassette_data, run
 
@@ -164,6 +166,41 @@ def test_appending_under_two_xdist_workers_extends_each_cassette_once_and_stores
         assert text.startswith(_head(before[path.name])) and CANARY not in text.decode()
         assert _states(path) == ["I was charged twice. Refund me.", "The second charge is still there."]
     run(pytester, "-n", "2", *WITHOUT_UNUSED_PLUGINS).assert_outcomes(passed=4)
+
+
+PROXIED = """
+import json
+import subprocess
+import sys
+
+SERVICE = (
+    "import json, os, sys, urllib.request;"
+    "body = json.dumps({'state': sys.argv[1], 'questions': {'refund': {'type': 'noul', 'instructions': 'Refund?'}}});"
+    "request = urllib.request.Request(os.environ['LAYA_SERVED_URL'] + '/v1/systemone', data=body.encode(),"
+    " headers={'content-type': 'application/json'}, method='POST');"
+    "print(urllib.request.urlopen(request, timeout=30).read().decode())")
+
+
+def test_refund(laya_proxy, laya_url_env):
+    for state in STATES:
+        done = subprocess.run([sys.executable, "-c", SERVICE, state], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert 0 <= json.loads(done.stdout)["answers"]["refund"]["noul"] <= 1
+"""
+
+
+def test_a_service_behind_laya_proxy_is_appended_to_the_same_way(pytester):
+    pytester.makepyfile(test_it='STATES = ["one"]\n' + PROXIED)
+    cassette = pytester.path / CASSETTE
+    with FakeLayaServer() as keyless:  # the service sends no key
+        run(pytester, "--laya-record", f"--laya-url={keyless.url}").assert_outcomes(passed=1)
+        before = cassette.read_bytes()
+        sent_before = len(_decisions(keyless))
+        pytester.makepyfile(test_it='STATES = ["one", "two"]\n' + PROXIED)
+        run(pytester, "--laya-record=new_episodes", f"--laya-url={keyless.url}").assert_outcomes(passed=1)
+        assert len(_decisions(keyless)) == sent_before + 1  # "one" was played by the proxy's route
+    assert cassette.read_bytes().startswith(_head(before)) and _states(cassette) == ["one", "two"]
+    run(pytester).assert_outcomes(passed=1)
 
 
 def test_a_bad_record_mode_names_every_record_mode(pytester):
