@@ -34,6 +34,7 @@ from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes
 from pytest_laya.route.modes import RecordMode
+from pytest_laya.wire.body import body_of
 
 __all__ = [
     "RECORD_HINT",
@@ -278,7 +279,8 @@ class _LayaVCR:
         scrub = self.before_record_request
 
         def before_record_request(request: Any) -> Any:
-            request = copy_request(request)
+            body_of(request)  # one view of the live body, which every copy carries: vcrpy filters
+            request = copy_request(request)  # a request to ask whether it can play it, then again to record it
             if ignored is not None and ignored(request) is None:
                 return None
             return scrub(request) if scrub is not None else request
@@ -345,12 +347,12 @@ def _cassette_class(base: type, record_hint: str) -> type:
 def copy_request(request: Any) -> Any:
     """A vcrpy `Request` of one's own, as ``copy.deepcopy`` gives, at a fraction of its cost: its
     parts are immutable (method, URI, its parse, body bytes) but for the headers and a chunked
-    body, which are copied. A cached canonical body is not carried over (the copy may change)."""
+    body, which are copied. The body's view (`wire.body.body_of`) goes along: it is kept only
+    while the body is the very bytes it was made of."""
     from vcr.request import HeadersDict
 
     copied = object.__new__(type(request))
     state = dict(request.__dict__)
-    state.pop("_laya_canonical", None)
     state["_headers"] = HeadersDict(request._headers)
     if isinstance(state.get("_body"), list):
         state["_body"] = list(state["_body"])

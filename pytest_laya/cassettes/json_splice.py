@@ -14,7 +14,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["KEEP", "JsonPath", "splice"]
+from pytest_laya.wire.body import NOT_JSON, Body, Members
+
+__all__ = ["KEEP", "JsonPath", "splice", "splice_body"]
 
 
 #: A place in a document: member names and list indices from the top.
@@ -23,10 +25,6 @@ JsonPath = tuple[str | int, ...]
 
 #: What a rule returns to leave a value as it is.
 KEEP: Any = object()
-
-
-class _Members(list[tuple[Any, Any]]):
-    """An object's (name, value) pairs in order, duplicate names kept (each one is scrubbed)."""
 
 
 class _New:
@@ -42,23 +40,34 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 
 def splice(text: str, rule: Callable[[JsonPath, Any], Any]) -> str | None:
     """`text` with each scalar for which ``rule(path, value)`` is not `KEEP` replaced by that
-    result's JSON; None when `text` is not one JSON document. `rule` sees strings, numbers,
-    booleans and nulls, never member names. Every byte outside the replaced values is kept."""
-    try:
-        document = json.loads(text, object_pairs_hook=_Members)
-    except (ValueError, RecursionError):
+    result's JSON; None when `text` is not one JSON document (see `splice_body`)."""
+    spliced = splice_body(Body(text.encode("utf-8"), text=text), rule)
+    return None if spliced is None else spliced.text
+
+
+def splice_body(body: Body, rule: Callable[[JsonPath, Any], Any]) -> Body | None:
+    """`body` with each scalar for which ``rule(path, value)`` is not `KEEP` replaced by that
+    result's JSON: `body` itself when nothing changes, else a new `Body` carrying its edited
+    document (not parsed again); None when `body` is not one JSON document. `rule` sees strings,
+    numbers, booleans and nulls, never member names (a repeated name's values each). Every byte
+    outside the replaced values is kept."""
+    document = body.document
+    if document is NOT_JSON:
         return None
+    text = body.text
+    assert text is not None  # a document was parsed from it
     edits: dict[tuple[int, ...], Any] = {}
     try:
         _plan(document, (), (), rule, edits)
     except RecursionError:  # pragma: no cover - json.loads refuses deeper documents first
         return None
     if not edits:
-        return text
+        return body
     if () in edits:  # the whole document is one scalar
         start = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
         _, end = _DECODER.raw_decode(text, start)
-        return text[:start] + _spelt(edits[()], text[start:end]) + text[end:]
+        spliced = text[:start] + _spelt(edits[()], text[start:end]) + text[end:]
+        return Body(spliced.encode("utf-8"), text=spliced, document=edits[()])
     trie: dict[int, Any] = {}
     for ordinals, value in edits.items():
         node = trie
@@ -73,12 +82,25 @@ def splice(text: str, rule: Callable[[JsonPath, Any], Any]) -> str | None:
         out.append(_spelt(value, text[start:end]))
         last = end
     out.append(text[last:])
-    return "".join(out)
+    spliced = "".join(out)
+    return Body(spliced.encode("utf-8"), text=spliced, document=_edited(document, trie))
+
+
+def _edited(node: Any, trie: dict[int, Any]) -> Any:
+    """A copy of `node` with the values `trie` names replaced (what the spliced text parses to)."""
+    copied: Any = Members(node) if isinstance(node, Members) else list(node)
+    for ordinal, child in trie.items():
+        if isinstance(node, Members):
+            name, old = copied[ordinal]
+            copied[ordinal] = (name, child.value if isinstance(child, _New) else _edited(old, child))
+        else:
+            copied[ordinal] = child.value if isinstance(child, _New) else _edited(copied[ordinal], child)
+    return copied
 
 
 def _plan(node: Any, path: JsonPath, ordinals: tuple[int, ...], rule: Callable[[JsonPath, Any], Any],
           edits: dict[tuple[int, ...], Any]) -> None:
-    if isinstance(node, _Members):
+    if isinstance(node, Members):
         for index, (name, child) in enumerate(node):
             _plan(child, (*path, name), (*ordinals, index), rule, edits)
     elif isinstance(node, list):

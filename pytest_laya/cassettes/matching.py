@@ -11,6 +11,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_laya.wire.body import NOT_JSON, Body, body_of
 from pytest_laya.wire.json_text import canonical_json
 from pytest_laya.wire.pointer import join
 
@@ -36,57 +37,18 @@ SHOW_DIFFS = 5
 _MISSING: Any = object()
 
 
-def body_bytes(body: Any) -> bytes:
-    if body is None:
-        return b""
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body)
-    if hasattr(body, "getvalue"):  # BytesIO bodies of old cassettes
-        return bytes(body.getvalue())
-    if hasattr(body, "read"):
-        return bytes(body.read())
-    try:  # iterators of chunks
-        chunks = list(body)
-    except TypeError:
-        return str(body).encode("utf-8")
-    return b"".join(c.encode("utf-8") if isinstance(c, str) else bytes(c) for c in chunks)
-
-
-NOT_JSON: Any = object()
-
-
-def parse_json(raw: bytes) -> Any:
-    if not raw.strip():
-        return NOT_JSON
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return NOT_JSON
-
-
 def canonical_body(body: Any) -> bytes:
     """The form bodies are compared in: canonical JSON when `body` parses as JSON, else the bytes.
 
     Canonical JSON is ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``,
     so key order, whitespace and ``\\u`` escapes never make two equal requests differ.
     """
-    raw = body_bytes(body)
-    parsed = parse_json(raw)
-    return raw if parsed is NOT_JSON else canonical_json(parsed).encode("utf-8")
+    return Body.of(body).canonical
 
 
 def request_body(request: Any) -> bytes:
-    # Cached per request object: a miss compares one request with every recorded one.
-    cached = getattr(request, "_laya_canonical", None)
-    if cached is None:
-        cached = canonical_body(request.body)
-        try:
-            request._laya_canonical = cached
-        except AttributeError:  # pragma: no cover - a request type without a __dict__
-            pass
-    return cached
+    """`request`'s body as matching compares it, from the one view of it scrubbing read too (`body_of`)."""
+    return body_of(request).canonical
 
 
 def laya_body_matcher(r1: Any, r2: Any) -> None:
@@ -164,7 +126,7 @@ def body_differences(now: bytes, recorded: bytes) -> tuple[int, list[str]]:
     """(how many leaves differ, readable differences) between two bodies."""
     if now == recorded:
         return 0, []
-    parsed_now, parsed_recorded = parse_json(now), parse_json(recorded)
+    parsed_now, parsed_recorded = Body(now).json, Body(recorded).json
     if parsed_now is NOT_JSON or parsed_recorded is NOT_JSON:
         if parsed_now is NOT_JSON and parsed_recorded is NOT_JSON:
             what = f"body (not JSON: {len(recorded)} bytes recorded, {len(now)} bytes now)"
@@ -188,7 +150,7 @@ def body_summary(body: bytes) -> str:
     """A short, recognisable body: top-level members in the order sent, each value truncated."""
     if not body:
         return ""
-    parsed = parse_json(body)
+    parsed = Body.of(body).json
     if parsed is NOT_JSON:
         return f"<{len(body)} bytes, not JSON>"
     if isinstance(parsed, dict):

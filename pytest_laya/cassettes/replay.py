@@ -30,7 +30,6 @@ from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, C
 from pytest_laya.cassettes.handle import CassetteHandle
 from pytest_laya.cassettes.matching import (
     SHOW_DIFFS,
-    body_bytes,
     body_differences,
     body_summary,
     describe,
@@ -41,6 +40,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, fresh_interactions, read_cassette
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
+from pytest_laya.wire.body import body_bytes
 
 __all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
 

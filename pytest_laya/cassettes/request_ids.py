@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
-from pytest_laya.cassettes.matching import body_bytes
+from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice_body
 from pytest_laya.cassettes.places import decision_part, is_name
 from pytest_laya.cassettes.scrub import LEARNED_SECRET_MIN, RECORDED_REQUEST_ID, RECORDED_TRACEPARENT
+from pytest_laya.wire.body import Body, keep_body
 from pytest_laya.wire.headers import parse_traceparent
 
 __all__ = ["echo_ids", "without_request_ids"]
@@ -40,20 +40,21 @@ def without_request_ids(response: dict[str, Any], request: Any) -> dict[str, Any
     swaps = _id_swaps(request, response)
     if not swaps:
         return response
-    data = body_bytes(raw)
+    view = Body.of(raw)
+    data = view.raw
     if b"\\u" not in data and not any(old.encode("utf-8") in data for old in swaps):
         return response
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    text = view.text
+    if text is None:
         return response
-    swap = _swapper(swaps)
-    spliced = splice(text, swap)
+    spliced = splice_body(view, _swapper(swaps))
     if spliced is None:
-        spliced = swaps.get(text, text)
-    if spliced == text:
+        swapped = swaps.get(text, text)
+        spliced = view if swapped == text else Body(swapped.encode("utf-8"), text=swapped)
+    if spliced.text == text:
+        keep_body(view)  # parsed: scrubbing reads it next
         return response
-    return {**response, "body": {**body, "string": spliced.encode("utf-8")}}
+    return {**response, "body": {**body, "string": keep_body(spliced)}}
 
 
 def _id_swaps(request: Any, response: dict[str, Any]) -> dict[str, str]:

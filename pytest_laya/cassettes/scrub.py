@@ -6,16 +6,17 @@ both sides of a comparison are scrubbed alike and a message built from them neve
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 from pytest_laya.cassettes.config import CassetteConfig
-from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice
-from pytest_laya.cassettes.matching import NOT_JSON, body_bytes, parse_json
+from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice_body
 from pytest_laya.cassettes.places import is_name, may_be_volatile, volatile_value
 from pytest_laya.client.secret import revealed
+from pytest_laya.wire.body import NOT_JSON, Body, body_bytes, body_of, keep_body, set_body
 from pytest_laya.wire.pointer import escape as escape_pointer
 from pytest_laya.wire.redaction import REDACTED
 
@@ -145,30 +146,36 @@ class Scrubber:
         return KEEP if scrubbed == value else scrubbed
 
     def data(self, value: bytes, *, volatile: bool = False) -> bytes:
+        """A body with its secrets replaced (see `body`)."""
+        return self.body(Body.of(value), volatile=volatile).raw
+
+    def body(self, view: Body, *, volatile: bool = False) -> Body:
         """A body with its secrets replaced (and, with `volatile`, its volatile places normalised:
-        `normalise_volatile`, in the same pass). In a JSON body, only string values are looked at
-        (never a member name, a question id or an option name: `is_name`), each as `text` does,
-        and every other byte is kept; escapes hide nothing, as the values are compared decoded.
-        Any other text is scrubbed as `text` does; other bytes lose the long secrets' spellings."""
+        `normalise_volatile`, in the same pass): `view` itself when nothing changes. In a JSON
+        body, only string values are looked at (never a member name, a question id or an option
+        name: `is_name`), each as `text` does, and every other byte is kept; escapes hide nothing,
+        as the values are compared decoded. Any other text is scrubbed as `text` does; other bytes
+        lose the long secrets' spellings."""
+        value = view.raw
         if not value:
-            return value
+            return view
         volatile = volatile and may_be_volatile(value)
         secrets = bool(self._secrets)
         if secrets:
             whole, inner = self._forms()
             secrets = b"\\u" in value or any(form.encode("utf-8") in value for form in whole)
         if not secrets and not volatile:
-            return value
-        try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError:
+            return view
+        text = view.text
+        if text is None:
             hidden = secrets and any(form.encode("utf-8") in value for form in inner)
-            return REDACTED.encode("utf-8") if hidden else value
+            return Body(REDACTED.encode("utf-8")) if hidden else view
         rule = self._json_secret if not volatile else volatile_value if not secrets else self._json_both
-        spliced = splice(text, rule)
-        if spliced is None:
-            spliced = self.whole(text) if secrets else text
-        return value if spliced == text else spliced.encode("utf-8")
+        spliced = splice_body(view, rule)
+        if spliced is not None:
+            return view if spliced.text == text else spliced
+        scrubbed = self.whole(text) if secrets else text
+        return view if scrubbed == text else Body(scrubbed.encode("utf-8"), text=scrubbed)
 
     def _json_both(self, path: JsonPath, value: Any) -> Any:
         normalised = volatile_value(path, value)
@@ -243,13 +250,13 @@ class Scrubber:
             self.keep_secret(credentials or scheme)
         return f"{scheme} {REDACTED}" if credentials else REDACTED
 
-    def _post_data(self, body: bytes, content_type: str, request: Any) -> bytes:
-        """`body` with the filtered form fields or JSON members (names, or JSON pointers) dropped or replaced."""
-        if not self._filtered_post or not body:
-            return body
+    def _post_data(self, view: Body, content_type: str, request: Any) -> Body:
+        """`view` with the filtered form fields or JSON members (names, or JSON pointers) dropped or replaced."""
+        if not self._filtered_post or not view.raw:
+            return view
         if content_type.startswith("application/x-www-form-urlencoded"):
             kept = []
-            for part in body.decode("latin-1").split("&"):
+            for part in view.raw.decode("latin-1").split("&"):
                 name, eq, value = part.partition("=")
                 plain = unquote_plus(name)
                 if plain in self._filtered_post:
@@ -259,14 +266,16 @@ class Scrubber:
                         continue
                     part = f"{name}={quote_plus(str(replaced))}"
                 kept.append(part)
-            return "&".join(kept).encode("latin-1")
-        parsed = parse_json(body)
-        if parsed is NOT_JSON or not isinstance(parsed, (dict, list)):
-            return body
+            return Body("&".join(kept).encode("latin-1"))
+        if view.json is NOT_JSON or not isinstance(view.json, (dict, list)):
+            return view
+        parsed = copy.deepcopy(view.json)  # the view's value is shared: edit a copy
         changed = False
         for key, replacement in self._filtered_post.items():
             changed = self._filter_member(parsed, key, replacement, request) or changed
-        return json.dumps(parsed, ensure_ascii=False, separators=(",", ":")).encode("utf-8") if changed else body
+        if not changed:
+            return view
+        return Body(json.dumps(parsed, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
     def _filter_member(self, document: Any, key: str, replacement: Any, request: Any) -> bool:
         """Drop or replace one member: a top-level name, or a JSON pointer (``/a/0/b``)."""
@@ -318,12 +327,12 @@ class Scrubber:
                 value = RECORDED_TRACEPARENT
             headers[lower] = self.whole(value)
         split = urlsplit(request.uri)
-        body = self._post_data(body_bytes(request.body), headers.get("content-type", ""), request)
+        view = self._post_data(body_of(request), headers.get("content-type", ""), request)
         path, query = self.target(split.path or "/", split.query, request)
         request.headers = headers
         origin = urlsplit(RECORDED_ORIGIN)
         request.uri = urlunsplit((origin.scheme, origin.netloc, path, query, ""))
-        request.body = self.data(body)
+        set_body(request, self.body(view))
         if self.config.before_record_request is not None:
             return self.config.before_record_request(request)
         return request
@@ -339,7 +348,7 @@ class Scrubber:
         body = response.get("body") or {}
         raw = body.get("string")
         if raw is not None:
-            raw = self.data(body_bytes(raw), volatile=True)
+            raw = keep_body(self.body(Body.of(raw), volatile=True))
             body["string"] = raw
             response["body"] = body
         status = response.get("status")

@@ -73,7 +73,9 @@ class Headers(MutableMapping[str, Any]):
 class Request:
     """A request with vcrpy's attributes; its body is bytes (a str is encoded as UTF-8)."""
 
-    __slots__ = ("method", "_uri", "_split", "_body", "_headers", "_laya_canonical", "__weakref__")
+    __slots__ = ("method", "_uri", "_split", "_body", "_headers", "_laya_body", "__weakref__")
+
+    _laya_body: Any  # the body's view, set by `wire.body.body_of`
 
     def __init__(self, method: str, uri: str, body: bytes | str | None,
                  headers: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
@@ -136,6 +138,9 @@ class Request:
         copied = Request.__new__(Request)
         copied.method, copied._uri, copied._split, copied._body = self.method, self._uri, self._split, self._body
         copied._headers = self._headers.copy()
+        body = getattr(self, "_laya_body", None)  # the body's view (`wire.body.body_of`): the same bytes
+        if body is not None:
+            copied._laya_body = body
         return copied
 
     def __repr__(self) -> str:

@@ -16,8 +16,9 @@ import pytest
 from vcr.request import Request
 
 from pytest_laya.cassettes import CassetteMiss, canonical_body, use_cassette
-from pytest_laya.cassettes.matching import body_bytes, body_differences, body_summary, describe, show_difference
+from pytest_laya.cassettes.matching import body_differences, body_summary, describe, show_difference
 from pytest_laya.faults import Respond, ScriptedServer
+from pytest_laya.wire.body import body_bytes
 
 DECIDE = "/v1/systemone"
 
