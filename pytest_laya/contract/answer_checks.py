@@ -1,17 +1,26 @@
 """`decision_problems`: every way one decision breaks the DecisionModel contract for its questions.
 
 The per-decision check the contract's test methods share (`pytest_laya.contract.decision_model`);
-use it on any decision, e.g. ones replayed from cassettes. The probability rules are the wire
-layer's answer rules (`pytest_laya.wire.answer_rules`), as the client applies them.
+use it on any decision, e.g. ones replayed from cassettes. The rules and their words are the
+wire layer's answer rules (`pytest_laya.wire.answer_rules`: [0, 1], the sum, the offered and most
+probable choice, the most probable level, the expected level), as the client and the spec check
+apply them; a problem reads ``answer 'q': `` and the rule's own sentence.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytest_laya.wire.answer_rules import TIE_TOLERANCE, distribution_breaks, expectation_tolerance, finite_number
+from pytest_laya.wire.answer_rules import (
+    RuleBreak,
+    distribution_breaks,
+    expectation_break,
+    finite_number,
+    most_probable_break,
+    offered_break,
+    unit_break,
+)
 from pytest_laya.wire.questions import AskedQuestion, Questions, normalize_questions
 
 __all__ = ["CHECKS", "decision_problems"]
@@ -20,22 +29,18 @@ __all__ = ["CHECKS", "decision_problems"]
 CHECKS: tuple[str, ...] = ("answers", "choice_coverage", "choice_distribution", "chosen", "score", "noul", "confidence")
 
 
-def _unit(value: Any) -> bool:
-    number = finite_number(value)
-    return number is not None and 0.0 <= number <= 1.0
-
-
 def _number(value: Any) -> bool:
     return finite_number(value) is not None
+
+
+def _said(where: str, found: RuleBreak | None) -> list[str]:
+    """A broken answer rule in the contract's words: where, then the rule's own sentence."""
+    return [] if found is None else [f"{where}: {found.detail}"]
 
 
 def _distribution_problems(where: str, probs: Mapping[Any, Any]) -> list[str]:
     # The answer rules' probability-range and probabilities-sum, as the client applies them.
     return [f"{where}: {found.detail}" for found in distribution_breaks((), probs)]
-
-
-def _most_probable(probs: Mapping[Any, float]) -> float:
-    return max(probs.values()) if probs and all(_number(p) for p in probs.values()) else math.nan
 
 
 def _choice_problems(q: AskedQuestion, a: Any, checks: Iterable[str]) -> list[str]:
@@ -54,12 +59,11 @@ def _choice_problems(q: AskedQuestion, a: Any, checks: Iterable[str]) -> list[st
     if "chosen" in checks:
         key = getattr(a, "key", None)
         if key not in q.option_keys:
-            problems.append(f"{where}: chose {key!r}, which the question never offered ({list(q.option_keys)})")
+            problems += _said(where, offered_break((), key, list(q.option_keys)))
         elif key not in probs or not _number(probs[key]):
             problems.append(f"{where}: chose {key!r} but gave it no probability")
-        elif probs[key] < _most_probable(probs) - TIE_TOLERANCE:
-            top = max(probs, key=lambda k: probs[k])
-            problems.append(f"{where}: chose {key!r} (p={probs[key]}) but {top!r} is more probable (p={probs[top]})")
+        elif all(_number(p) for p in probs.values()):
+            problems += _said(where, most_probable_break((), "choice-most-probable", "choice", "option", key, probs))
     return problems
 
 
@@ -77,15 +81,9 @@ def _score_problems(q: AskedQuestion, a: Any) -> list[str]:
     level, expected = getattr(a, "level", None), getattr(a, "expected", None)
     if level not in probs:
         problems.append(f"{where}: level {level!r} is not one of the levels {levels}")
-    elif probs[level] < _most_probable(probs) - TIE_TOLERANCE:
-        top = max(probs, key=lambda k: probs[k])
-        problems.append(f"{where}: level {level} (p={probs[level]}) is not the most probable; level {top} is (p={probs[top]})")
-    mean = math.fsum(i * p for i, p in probs.items())
-    bound = expectation_tolerance(len(levels))
-    if expected is None or not _number(expected):
-        problems.append(f"{where}: expected level must be a number, got {expected!r}")
-    elif not -1e-9 <= expected <= levels[-1] + 1e-9 or abs(expected - mean) > bound:
-        problems.append(f"{where}: expected level {expected} disagrees with its probabilities (their mean is {mean:.4f})")
+    else:
+        problems += _said(where, most_probable_break((), "level-most-probable", "level", "level", level, probs))
+    problems += _said(where, expectation_break((), expected, probs, name="expected level"))
     legend = getattr(a, "legend", None)
     if isinstance(legend, Mapping) and not set(legend) <= set(levels):
         problems.append(f"{where}: legend names levels {sorted(set(legend) - set(levels), key=str)} the question does not have")
@@ -123,12 +121,12 @@ def decision_problems(questions: Questions, decision: Any, *, checks: Iterable[s
             continue
         confidence = getattr(a, "confidence", None)
         # A noul answer may come without one (Jev's noul is `type` and `noul` only).
-        if "confidence" in checks and not (_unit(confidence) or (q.type == "noul" and confidence is None)):
-            problems.append(f"answer {qid!r}: confidence {getattr(a, 'confidence', None)!r} is outside [0, 1]")
+        if "confidence" in checks and not (q.type == "noul" and confidence is None):
+            problems += _said(f"answer {qid!r}", unit_break((), "confidence-range", "confidence", confidence))
         if q.type == "choice":
             problems += _choice_problems(q, a, checks)
         elif q.type == "score" and "score" in checks:
             problems += _score_problems(q, a)
-        elif q.type == "noul" and "noul" in checks and not _unit(getattr(a, "p", None)):
-            problems.append(f"answer {qid!r}: P(true) {getattr(a, 'p', None)!r} is outside [0, 1]")
+        elif q.type == "noul" and "noul" in checks:
+            problems += _said(f"answer {qid!r}", unit_break((), "probability-range", "P(true)", getattr(a, "p", None)))
     return problems

@@ -18,8 +18,16 @@ The rules, by name:
 - ``choice-offered``: ``choice`` names an offered option.
 - ``choice-most-probable``: no option is more probable than ``choice`` by more than
   `TIE_TOLERANCE`; options that tie within it may each be the choice.
-- ``score-expectation``: ``score`` (the expected level) is the mean of the level probabilities
-  within `expectation_tolerance` (the sum tolerance spread over the levels).
+- ``level-most-probable``: the same of a typed score answer's ``level`` (the client's `Score`,
+  a model's own), which the wire does not carry.
+- ``score-expectation``: ``score`` (the expected level) is a level between the first and the
+  last, and the mean of the level probabilities within `expectation_tolerance` (the sum
+  tolerance spread over the levels).
+
+Each rule's words are written here too (`RuleBreak.detail`): the client's errors, the spec
+check's violations and the DecisionModel contract's problems (`contract/answer_checks.py`) say
+a broken rule the same way, naming the value as the reader knows it (``score`` on the wire, the
+``expected level`` of a typed answer).
 - ``score-legend``: a ``legend``, where given, maps level indices of the question to text.
 """
 
@@ -46,7 +54,10 @@ __all__ = [
     "expectation_break",
     "expectation_tolerance",
     "finite_number",
+    "most_probable_break",
+    "offered_break",
     "shown",
+    "unit_break",
 ]
 
 # Servers round each probability to 4 decimals, so 12 options may miss 1.0 by 6e-4; 0.02 is the
@@ -64,7 +75,8 @@ RULES: Mapping[str, str] = {
     "probabilities-sum": f"probabilities sum to 1 within {SUM_TOLERANCE}",
     "choice-offered": "choice names an offered option",
     "choice-most-probable": f"no option more probable than the choice by more than {TIE_TOLERANCE}",
-    "score-expectation": "score is the mean level of its probabilities",
+    "level-most-probable": f"no level more probable than a typed score's level by more than {TIE_TOLERANCE}",
+    "score-expectation": "score is a level, the mean level of its probabilities",
     "score-legend": "legend keys are the question's level indices",
 }
 
@@ -116,7 +128,8 @@ def finite_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _unit_break(path: tuple[str, ...], rule: str, name: str, value: Any) -> RuleBreak | None:
+def unit_break(path: tuple[str, ...], rule: str, name: str, value: Any) -> RuleBreak | None:
+    """`rule` (``probability-range``, ``confidence-range``) for one value, called `name` in the words."""
     number = finite_number(value)
     if number is None:
         return RuleBreak(path, rule, "a finite number in [0, 1]", shown(value), f"{name} must be a number, got {shown(value)}")
@@ -129,7 +142,7 @@ def distribution_breaks(path: tuple[str, ...], probabilities: Mapping[Any, Any])
     """``probability-range`` for each value, then (when all are in range) ``probabilities-sum``."""
     in_range = True
     for key, value in probabilities.items():
-        found = _unit_break(path + ("probabilities", str(key)), "probability-range", f"probability of {shown(key)}", value)
+        found = unit_break(path + ("probabilities", str(key)), "probability-range", f"probability of {shown(key)}", value)
         if found is not None:
             in_range = False
             yield found
@@ -143,17 +156,32 @@ def distribution_breaks(path: tuple[str, ...], probabilities: Mapping[Any, Any])
 def choice_breaks(path: tuple[str, ...], key: Any, probabilities: Mapping[Any, Any]) -> Iterator[RuleBreak]:
     """``choice-offered`` and ``choice-most-probable`` for a chosen `key` among valid `probabilities`."""
     if not isinstance(key, (str, int, float)) or key not in probabilities:
-        offered = shown(list(probabilities))
-        yield RuleBreak(path + ("choice",), "choice-offered", f"one of the options {offered}", shown(key),
-                        f"choice {shown(key)} is not among the options {offered}")
+        yield offered_break(path, key, list(probabilities))
         return
+    found = most_probable_break(path + ("choice",), "choice-most-probable", "choice", "option", key, probabilities)
+    if found is not None:
+        yield found
+
+
+def offered_break(path: tuple[str, ...], key: Any, options: list[Any]) -> RuleBreak:
+    """``choice-offered``: the chosen `key` is none of `options`."""
+    offered = shown(options)
+    return RuleBreak(path + ("choice",), "choice-offered", f"one of the options {offered}", shown(key),
+                     f"choice {shown(key)} is not among the options {offered}")
+
+
+def most_probable_break(path: tuple[str, ...], rule: str, name: str, noun: str, key: Any,
+                        probabilities: Mapping[Any, Any]) -> RuleBreak | None:
+    """`rule` (``choice-most-probable``, ``level-most-probable``): no `noun` of `probabilities` (valid
+    numbers, `key` among them) is more probable than `key` by more than `TIE_TOLERANCE`."""
     chosen = float(probabilities[key])
     top = max(probabilities, key=lambda k: float(probabilities[k]))
-    if float(probabilities[top]) - chosen > TIE_TOLERANCE:
-        yield RuleBreak(path + ("choice",), "choice-most-probable",
-                        f"the most probable option {shown(top)} (p={probabilities[top]})", f"{shown(key)} (p={chosen})",
-                        f"choice {shown(key)} (p={chosen}) is not the most probable option: {shown(top)} is "
-                        f"(p={probabilities[top]})")
+    if float(probabilities[top]) - chosen <= TIE_TOLERANCE:
+        return None
+    return RuleBreak(path, rule, f"the most probable {noun} {shown(top)} (p={probabilities[top]})",
+                     f"{shown(key)} (p={chosen})",
+                     f"{name} {shown(key)} (p={chosen}) is not the most probable {noun}: {shown(top)} is "
+                     f"(p={probabilities[top]})")
 
 
 def expectation_tolerance(levels: int) -> float:
@@ -161,16 +189,19 @@ def expectation_tolerance(levels: int) -> float:
     return SUM_TOLERANCE * max(1, levels - 1) + 1e-3
 
 
-def expectation_break(path: tuple[str, ...], expected: Any, levels: Mapping[int, float]) -> RuleBreak | None:
-    """``score-expectation`` (or ``answer-shape`` for a score that is no number) for valid `levels`."""
+def expectation_break(path: tuple[str, ...], expected: Any, levels: Mapping[int, float], *,
+                      name: str = "score") -> RuleBreak | None:
+    """``score-expectation`` (or ``answer-shape`` for a score that is no number) for valid `levels`;
+    `path` leads to the value, called `name` in the words."""
     number = finite_number(expected)
     if number is None:
-        return RuleBreak(path + ("score",), "answer-shape", "the expected level as a number", shown(expected),
-                         f"score must be the expected level as a number, got {shown(expected)}")
+        return RuleBreak(path, "answer-shape", "the expected level as a number", shown(expected),
+                         f"{name} must be a number, got {shown(expected)}")
     mean = math.fsum(i * float(p) for i, p in levels.items())
-    if abs(number - mean) > expectation_tolerance(len(levels)):
-        return RuleBreak(path + ("score",), "score-expectation", f"the mean level {mean:.4f}", shown(expected),
-                         f"score {shown(expected)} disagrees with its probabilities (expected level {mean:.4f})")
+    last = max(levels, default=0)
+    if not -1e-9 <= number <= last + 1e-9 or abs(number - mean) > expectation_tolerance(len(levels)):
+        return RuleBreak(path, "score-expectation", f"the mean level {mean:.4f}", shown(expected),
+                         f"{name} {shown(expected)} disagrees with its probabilities (their mean is {mean:.4f})")
     return None
 
 
@@ -208,7 +239,7 @@ def answer_breaks(asked: AskedQuestion, raw: Any) -> Iterator[RuleBreak]:
 
 def _confidence_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str, Any]) -> Iterator[RuleBreak]:
     if "confidence" in raw:
-        found = _unit_break(path + ("confidence",), "confidence-range", "confidence", raw["confidence"])
+        found = unit_break(path + ("confidence",), "confidence-range", "confidence", raw["confidence"])
         if found is not None:
             yield found
     elif asked.type != "noul":  # Jev's noul answer is `type` and `noul` only
@@ -219,7 +250,7 @@ def _noul_breaks(path: tuple[str, ...], raw: Mapping[str, Any]) -> Iterator[Rule
     if "noul" not in raw:
         yield _shape(path + ("noul",), "P(true) as 'noul'", "absent", "has no 'noul' probability")
         return
-    found = _unit_break(path + ("noul",), "probability-range", "noul", raw["noul"])
+    found = unit_break(path + ("noul",), "probability-range", "noul", raw["noul"])
     if found is not None:
         yield found
 
@@ -251,7 +282,7 @@ def _option_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str
         yield from choice_breaks(path, key, probabilities)
         return
     levels = {int(k): float(p) for k, p in probabilities.items()}
-    expectation = expectation_break(path, raw.get("score"), levels)
+    expectation = expectation_break(path + ("score",), raw.get("score"), levels)
     if expectation is not None:
         yield expectation
     legend = raw.get("legend")

@@ -492,11 +492,11 @@ DECISION_MODEL_TWINS: Mapping[str, tuple[BrokenModel, ...]] = {
     ),
     "test_the_chosen_option_is_offered_and_most_probable": (
         BrokenModel("chooses-an-option-never-offered", ChoosesAnOptionNeverOffered,
-                    "en-choice-2: answer 'team': chose 'not-offered', which the question never offered"),
-        BrokenModel("chooses-the-least-probable", ChoosesTheLeastProbable, "is more probable (p="),
+                    "en-choice-2: answer 'team': choice 'not-offered' is not among the options ["),
+        BrokenModel("chooses-the-least-probable", ChoosesTheLeastProbable, "is not the most probable option: "),
     ),
     "test_score_level_and_expected_value_match_the_probabilities": (
-        BrokenModel("score-level-least-probable", ScoreLevelLeastProbable, "is not the most probable; level"),
+        BrokenModel("score-level-least-probable", ScoreLevelLeastProbable, "is not the most probable level: "),
         BrokenModel("expected-level-one-based", ExpectedLevelOneBased, "disagrees with its probabilities (their mean is"),
         BrokenModel("levels-one-based", LevelsOneBased, "en-score-5: answer 'anger': probabilities must cover exactly "
                     "the levels [0, 1, 2, 3, 4], got [1, 2, 3, 4, 5]"),

@@ -197,7 +197,7 @@ def score_decision(**answer) -> SimpleNamespace:
     # Levels of mixed types (a model that names them): reported, not a TypeError from sorting them.
     ({"probabilities": {0: 0.5, "high": 0.5}}, "probabilities must cover exactly the levels [0, 1, 2], got [0, 'high']"),
     ({"probabilities": {0: 0.2, 1: 0.5, 2: 0.3}, "level": 0, "expected": 1.1},
-     "level 0 (p=0.2) is not the most probable; level 1 is (p=0.5)"),
+     "level 0 (p=0.2) is not the most probable level: 1 is (p=0.5)"),
 ])
 def test_a_broken_score_answer_is_reported_by_name_never_raised(answer, problem):
     assert decision_problems(URGENCY, score_decision(**answer)) == [f"answer 'urgency': {problem}"]
@@ -291,8 +291,8 @@ EACH_CHECK_ALONE = {
     "choice_coverage": ["answer 'team': probabilities must cover exactly the offered options "
                         "['billing', 'technical', 'sales'] (missing ['sales'], not offered ['other'])"],
     "choice_distribution": ["answer 'team': probabilities sum to 0.8000, not 1 within 0.02"],
-    "chosen": ["answer 'team': chose 'technical' (p=0.2) but 'billing' is more probable (p=0.5)"],
-    "score": ["answer 'urgency': level 0 (p=0.2) is not the most probable; level 1 is (p=0.5)"],
+    "chosen": ["answer 'team': choice 'technical' (p=0.2) is not the most probable option: 'billing' is (p=0.5)"],
+    "score": ["answer 'urgency': level 0 (p=0.2) is not the most probable level: 1 is (p=0.5)"],
     "noul": ["answer 'refund': P(true) 1.5 is outside [0, 1]"],
     "confidence": ["answer 'team': confidence 1.2 is outside [0, 1]"],
 }
@@ -384,8 +384,8 @@ class TestScriptsNoulOnly(Base):
 @pytest.mark.parametrize(("cls", "words"), [
     ("TestRefusesWellFormed", "a well-formed scripted choice answer was refused (the script is empty [bad_answer]): "
                               "the scripted model does not answer what it is given"),
-    ("TestBreaksWellFormed", "a well-formed scripted choice answer came back broken: [\"answer 'q': chose 'technical' "
-                             "(p=0.3) but 'billing' is more probable (p=0.7)\"]"),
+    ("TestBreaksWellFormed", "a well-formed scripted choice answer came back broken: [\"answer 'q': choice 'technical' "
+                             "(p=0.3) is not the most probable option: 'billing' is (p=0.7)\"]"),
     ("TestConfigErrorForMalformed", "raised LayaConfigError (refused: bad_answer [invalid_question]), not LayaCallError: "
                                     "a bad answer is the call failing, not the caller's setup"),
     ("TestValueErrorForMalformed", "raised ValueError (refused: bad_answer), not LayaCallError"),
@@ -426,10 +426,10 @@ def test_decision_problems_reports_answers_missing_their_members_by_name_never_r
         "refund": SimpleNamespace(type="noul"),
     })
     assert decision_problems(EVERY_TYPE, bare) == [
-        "answer 'team': confidence None is outside [0, 1]",
+        "answer 'team': confidence must be a number, got None",
         "answer 'team': probabilities must be a mapping, got NoneType",
         "answer 'urgency' is a SimpleNamespace, but a score question was asked",
-        "answer 'refund': P(true) None is outside [0, 1]",
+        "answer 'refund': P(true) must be a number, got None",
     ]
     listed = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", key="billing", confidence=0.5,
                                                               probabilities=[0.5, 0.3, 0.2])})
@@ -438,7 +438,7 @@ def test_decision_problems_reports_answers_missing_their_members_by_name_never_r
     keyless = SimpleNamespace(answers={"team": SimpleNamespace(type="choice", confidence=0.5,
                                                                probabilities={"billing": 0.5, "technical": 0.3, "sales": 0.2})})
     assert decision_problems({"team": EVERY_TYPE["team"]}, keyless) == [
-        "answer 'team': chose None, which the question never offered (['billing', 'technical', 'sales'])"]
+        "answer 'team': choice None is not among the options ['billing', 'technical', 'sales']"]
 
 
 def test_decision_problems_judges_every_answer_after_a_missing_or_mistyped_one():

@@ -82,4 +82,4 @@ def test_a_noul_without_confidence_keeps_the_contract_and_a_choice_without_one_d
                         provenance=Provenance(url="x", request_id=None, served_by=None))
 
     assert decision_problems(questions, decision(0.2)) == []
-    assert decision_problems(questions, decision(None)) == ["answer 'team': confidence None is outside [0, 1]"]
+    assert decision_problems(questions, decision(None)) == ["answer 'team': confidence must be a number, got None"]

@@ -48,6 +48,11 @@ def test_good_answers_become_typed_answers_in_question_order():
         ({"team": {"probabilities": {"billing": 1.0}}}, "missing \\['tech'\\]"),
         ({"urgency": {"probabilities": {"0": 0.5, "1": 0.5}}}, "missing \\['2'\\]"),
         ({"urgency": {"score": 0.2}}, "disagrees with its probabilities"),
+        # Within the mean's tolerance, but below the first level or past the last: no mean of levels.
+        ({"urgency": {"score": -0.03, "probabilities": {"0": 1.0, "1": 0.0, "2": 0.0}}},
+         "score -0.03 disagrees with its probabilities \\(their mean is 0.0000\\)"),
+        ({"urgency": {"score": 2.03, "probabilities": {"0": 0.0, "1": 0.0, "2": 1.0}}}, "score 2.03 disagrees"),
+        ({"urgency": {"score": "high"}}, "score must be a number, got 'high'"),
         ({"refund": {"noul": 1.01}}, "noul 1.01 is outside"),
         ({"refund": {"confidence": float("nan")}}, "must be a number"),
         ({"refund": {"type": "choice"}}, "a noul question was asked"),
