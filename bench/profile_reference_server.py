@@ -27,10 +27,16 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py overhead --sizes 64,512,2048 --questions 1,4,12
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
     .venv/bin/python bench/profile_reference_server.py packing
+    .venv/bin/python bench/profile_reference_server.py spin --counts 1000,3000,10000,30000
 
 ``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
 passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
 batches of 8 and 16 requests, one question set or 8.
+
+``spin``: laya's in-process predict (bench_reference_server.py's floor worker) in one process
+per ``GOMP_SPINCOUNT``, taking turns slice by slice: p50 per spin count of a lone row on two
+threads (512 and 2,048 tokens), four rows in one pass on two threads, and a row on one thread
+(which spinning does not touch). Run it under ``chrt -f 10`` (root) to see a machine to itself.
 
 ``openmp``: in process, voluntary context switches per ``predict`` of one row on two torch
 threads with one OpenMP team in the process, then once a second living thread has run a
@@ -454,6 +460,37 @@ def packing(args: argparse.Namespace) -> int:
     return 0
 
 
+def spin(args: argparse.Namespace) -> int:
+    """laya's predict in one process per GOMP_SPINCOUNT, taking turns: p50 per spin count."""
+    checkpoint = subprocess.check_output([bench.PY, "-m", "pytest_laya_reference", "--show-checkpoint"], text=True,
+                                         cwd=str(bench.ROOT)).strip()
+    counter = bench.TokenCounter(checkpoint)
+    workers: dict[int, bench.FloorProcess] = {}
+    saved = os.environ.get("GOMP_SPINCOUNT")
+    try:
+        for count in args.counts:
+            os.environ["GOMP_SPINCOUNT"] = str(count)  # the worker's bound_openmp_spinning keeps it
+            workers[count] = bench.FloorProcess(checkpoint)
+        print(f"p50 ms per GOMP_SPINCOUNT, {args.rounds} turns each; load average {os.getloadavg()[0]:.1f}")
+        for tokens, nq, threads in ((512, 1, 2), (2048, 1, 2), (2048, 4, 2), (512, 1, 1)):
+            bodies = bench.request_bodies(bench.sized_states(tokens, counter), nq, 1)
+            latencies: dict[int, list[float]] = {c: [] for c in args.counts}
+            for turn in range(args.rounds):
+                for count in (args.counts if turn % 2 == 0 else args.counts[::-1]):
+                    reply = workers[count].measure(bodies, threads, 0.5, args.seconds, 10)
+                    latencies[count].extend(reply["latencies_ms"])
+            cells = ", ".join(f"{c}: {statistics.median(v):.2f}" for c, v in latencies.items())
+            print(f"  {tokens}t {nq}q on {threads} thread(s): {cells}; load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("GOMP_SPINCOUNT", None)
+        else:
+            os.environ["GOMP_SPINCOUNT"] = saved
+        for worker in workers.values():
+            worker.close()
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -487,13 +524,17 @@ def main() -> int:
     k.add_argument("--sizes", type=bench.csv_ints, default=[64, 512])
     k.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
     k.add_argument("--repeats", type=int, default=3)
+    n = sub.add_parser("spin", help="laya's predict in one process per GOMP_SPINCOUNT, taking turns")
+    n.add_argument("--counts", type=bench.csv_ints, default=[1000, 3000, 10000, 30000])
+    n.add_argument("--rounds", type=int, default=3, help="turns per spin count and cell")
+    n.add_argument("--seconds", type=float, default=1.5, help="measured seconds per turn")
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
     for action in e._actions[1:]:
         o._add_action(action)
     args = p.parse_args()
     return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
-            "_side": one_side}[args.probe](args)
+            "spin": spin, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,12 @@ R = TypeVar("R")
 #: engine's constants").
 TOKENS_PER_THREAD = 1024
 
-#: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000): the least
-#: of those measured that keeps a two-thread pass near one thread's time on a busy machine
-#: (docs/benchmarks.md, "The figures behind the engine's constants").
-SPINCOUNT = "1000"
+#: Spins an idle OpenMP thread makes before it sleeps (libgomp's default is 300,000), about 0.2 ms:
+#: enough to bridge the Python between a pass's parallel regions (a two-thread 512-token row 9.5
+#: ms against 11.2 at 1,000 spins, with the machine to itself), little to burn once a pass ends.
+#: Under load a two-thread pass is slower for it (91 against 33 ms), which is why a lone request's
+#: shape is measured, not fixed (docs/benchmarks.md, "The figures behind the engine's constants").
+SPINCOUNT = "10000"
 
 #: Fewest tokens a thread of a lone request's wide pass gets: below that a second thread only
 #: waits at barriers.
@@ -67,9 +69,10 @@ class ShapeChooser:
 
     A shape never measured for a key is tried first (in the order given); after that, every
     ``explore_every``-th choice of a key tries the shape measured longest ago, so a change of
-    load is noticed; otherwise the lowest median of each shape's last 3 costs wins (one
-    interrupted pass does not flip the choice). Deterministic: the caller measures and
-    ``record``s the cost. Thread-safe.
+    load is noticed (only every ``4 * explore_every``-th while that shape's cost is over twice
+    the best's: a look costs little then); otherwise the lowest median of each shape's last 3
+    costs wins (one interrupted pass does not flip the choice). Deterministic: the caller
+    measures and ``record``s the cost. Thread-safe.
     """
 
     def __init__(self, explore_every: int = 8) -> None:
@@ -90,9 +93,13 @@ class ShapeChooser:
             for shape in shapes:
                 if shape not in times or not times[shape].recent:
                     return shape
+            best = min(shapes, key=lambda s: median(times[s].recent))
             if n % self.explore_every == 0:
-                return min(shapes, key=lambda s: times[s].last)
-            return min(shapes, key=lambda s: median(times[s].recent))
+                stalest = min(shapes, key=lambda s: times[s].last)
+                far_off = median(times[stalest].recent) > 2 * median(times[best].recent)
+                if not far_off or n % (4 * self.explore_every) == 0:
+                    return stalest
+            return best
 
     def record(self, key: Hashable, shape: Shape, cost: float) -> None:
         with self._lock:

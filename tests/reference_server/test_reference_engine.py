@@ -337,23 +337,28 @@ def test_the_shape_chooser_tries_each_shape_then_keeps_the_fastest_and_looks_aga
     chooser = ShapeChooser(explore_every=4)
     cost = {one: 10.8, wide: 8.4}  # quiet: two threads win
 
-    def step() -> Shape:
-        shape = chooser.choose("512", [one, wide])
-        chooser.record("512", shape, cost[shape])
-        return shape
+    def steps(n: int) -> str:
+        picked = ""
+        for _ in range(n):
+            shape = chooser.choose("512", [one, wide])
+            chooser.record("512", shape, cost[shape])
+            picked += "w" if shape == wide else "o"
+        return picked
 
-    assert [step(), step()] == [one, wide]  # each measured once, in the order offered
+    assert steps(2) == "ow"  # each measured once, in the order offered
     # then the fastest, and every 4th choice the shape measured longest ago
-    assert [step() for _ in range(6)] == [wide, wide, one, wide, wide, wide]
+    assert steps(6) == "wwowww"
     assert chooser.estimate("512", wide) == 8.4 and chooser.estimate("other", wide) is None
 
     cost = {one: 10.8, wide: 25.0}  # another process takes a core: two threads wait at barriers
-    # two slow passes outvote the quiet ones (the median of the last 3), then one thread; wide
-    # is only looked at again every 4th choice
-    assert [step() for _ in range(10)] == [one, wide, wide, one, wide, one, one, one, wide, one]
+    # two slow passes outvote the quiet ones (the median of the last 3), then one thread
+    assert steps(6) == "owwooo"
+    # over twice the best's cost: wide is looked at only every 16th choice
+    assert steps(32) == "oo" + "w" + "o" * 15 + "w" + "o" * 13
 
     cost = {one: 10.8, wide: 8.4}  # quiet again: back to two threads after two looks
-    assert [step() for _ in range(12)] == [one, one, wide, one, one, one, wide, wide, wide, wide, one, wide]
+    assert steps(32) == "oo" + "w" + "o" * 15 + "wwww" + "owww" + "owww" + "ow"
+    assert steps(8) == "wwowwwow"  # within 2x: one thread looked at every 4th choice again
 
     chooser.record("512", wide, 500.0)  # one pass interrupted: not enough to switch
     assert chooser.choose("512", [one, wide]) == wide
@@ -480,16 +485,19 @@ def test_rows_longer_than_a_pass_run_alone(engine: LayaEngine) -> None:
         assert alone == (len(rows) == 1 and rows[0] < 3)  # the three long rows come first, sorted
 
 
-def test_without_a_budget_torch_threads_are_left_alone() -> None:
+def test_without_a_budget_torch_threads_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from pytest_laya_reference.cores import CorePool
+    from pytest_laya_reference.cores import CorePool, Shape
 
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
     pool = CorePool(None, workers=2)
     try:
-        before = pool.run(lambda _: torch.get_num_threads(), [0])[0]
-        torch.set_num_threads(1)
-        assert pool.run(lambda _: torch.get_num_threads(), [0, 1]) == [before, before]
+        assert pool.run(lambda k: k, [0, 1], tokens=[4096, 4096]) == [0, 1]
+        assert pool.run(lambda k: k, [2], alone=[True]) == [2]
+        assert pool.run(lambda k: k, [3, 4], shape=Shape(1, 2)) == [3, 4]
+        assert calls == [] and pool.widest == 0  # never set, whatever the passes
     finally:
         pool.close()
 
