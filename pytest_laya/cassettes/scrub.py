@@ -16,7 +16,7 @@ from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice_body
 from pytest_laya.cassettes.places import is_name, may_be_volatile, volatile_value
 from pytest_laya.client.secret import revealed
-from pytest_laya.wire.body import NOT_JSON, Body, body_bytes, body_of, keep_body, set_body
+from pytest_laya.wire.body import NOT_JSON, Body, body_bytes, body_of, set_body
 from pytest_laya.wire.pointer import escape as escape_pointer
 from pytest_laya.wire.redaction import REDACTED
 
@@ -348,7 +348,7 @@ class Scrubber:
         body = response.get("body") or {}
         raw = body.get("string")
         if raw is not None:
-            raw = keep_body(self.body(Body.of(raw), volatile=True))
+            raw = self.body(Body.of(raw), volatile=True).raw
             body["string"] = raw
             response["body"] = body
         status = response.get("status")

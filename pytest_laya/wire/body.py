@@ -81,12 +81,11 @@ class Body:
     def of(cls, body: Any) -> Body:
         """The view of `body` (a `Body`, bytes, str or what `body_bytes` reads); a view handed on
         by `keep_body` is found again by the very bytes object it was made of."""
+        if type(body) is bytes:
+            kept = _KEPT.get(id(body)) if _KEPT else None
+            return kept if kept is not None and kept.raw is body else cls(body)
         if isinstance(body, Body):
             return body
-        if type(body) is bytes:
-            kept = _KEPT.get(id(body))
-            if kept is not None and kept.raw is body:
-                return kept
         return cls(body_bytes(body))
 
     @property
