@@ -25,9 +25,10 @@ __all__ = ["CassetteLibrary"]
 
 
 class CassetteLibrary:
-    """The cassettes under `directory` (``*.yaml``, recursively), as one replayed cassette."""
+    """The cassettes under `directory` (``*.yaml``, recursively; or only `files`), as one replayed cassette."""
 
-    def __init__(self, directory: str | Path, *, api_key: Any = None, config: Any = None) -> None:
+    def __init__(self, directory: str | Path, *, api_key: Any = None, config: Any = None,
+                 files: Iterable[Path] | None = None) -> None:
         from pytest_laya.cassettes import laya_vcr
 
         self.directory = Path(directory)
@@ -36,7 +37,8 @@ class CassetteLibrary:
                                     f"(--mode record), or give the directory your tests' cassettes are in")
         vcr = laya_vcr(record=False, cassette_dir=None, api_key=api_key, strict=False, config=config,
                        record_hint="--mode record")
-        self.handles = [vcr.open(path) for path in sorted(self.directory.rglob(f"*{CASSETTE_SUFFIX}"))]
+        chosen = sorted(self.directory.rglob(f"*{CASSETTE_SUFFIX}")) if files is None else list(files)
+        self.handles = [vcr.open(path) for path in chosen]
         self._lock = threading.Lock()
         #: match key -> the cassettes holding an interaction with it, in file order.
         self._index: dict[tuple[Any, ...], list[Any]] = {}

@@ -100,7 +100,11 @@ class RecordMode(TextEnum):
     @property
     def flag(self) -> str:
         """How the command line asks for it (``all`` is the bare flag's value)."""
-        return "--laya-record" if self is RecordMode.ALL else f"--laya-record={self.value}"
+        return self.flag_of(PLUGIN_RECORD_OPTION)
+
+    def flag_of(self, option: str) -> str:
+        """How `option` (``--laya-record``, the proxy's ``--record``) asks for it: ``all`` is the bare option."""
+        return option if self is RecordMode.ALL else f"{option}={self.value}"
 
     @property
     def does(self) -> str:
@@ -108,15 +112,19 @@ class RecordMode(TextEnum):
         return _DOES[self]
 
     @classmethod
-    def parse(cls, value: str) -> RecordMode:
-        """`value` as a record mode; a ValueError saying what to pass instead."""
+    def parse(cls, value: str, *, option: str | None = None) -> RecordMode:
+        """`value` as a record mode; a ValueError saying what to pass instead (as `option` spells it:
+        the plugin's ``--laya-record`` unless another command's option is named)."""
         try:
             return cls(value)
         except ValueError:
-            choices = ", ".join(f"{mode.flag} ({mode.does})" for mode in cls)
-            raise ValueError(f"{value!r} is not a record mode: use one of {choices}; put test paths before "
-                             f"--laya-record") from None
+            choices = ", ".join(f"{mode.flag_of(option or PLUGIN_RECORD_OPTION)} ({mode.does})" for mode in cls)
+            after = f"; put test paths before {PLUGIN_RECORD_OPTION}" if option is None else ""
+            raise ValueError(f"{value!r} is not a record mode: use one of {choices}{after}") from None
 
+
+#: The plugin's option for the record mode (the standalone proxy's is ``--record``).
+PLUGIN_RECORD_OPTION = "--laya-record"
 
 _DOES = {
     RecordMode.ALL: "refresh every selected test",

@@ -139,3 +139,135 @@ def test_a_redirect_is_passed_back_never_followed(tmp_path):
 def test_usage_errors_say_what_to_do(tmp_path, capsys, args, message):
     assert main(["proxy", "--cassettes", str(tmp_path), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+# -- --record: the plugin's record modes (issue 34)
+
+OTHER = {**BODY, "state": "Where is my parcel?"}
+
+
+def _decisions(server) -> int:
+    return sum(1 for r in server.requests if r.path == "/v1/systemone")
+
+
+def _states(path: Path) -> list[str]:
+    return [json.loads(i["request"]["body"])["state"] for i in yaml.safe_load(path.read_text())["interactions"]]
+
+
+def _record_whole(cassettes: Path, fake) -> tuple[Path, dict]:
+    with standalone("--cassettes", str(cassettes), "--mode", "record", "--upstream", fake.url) as (url, _):
+        status, answer = curl(url, BODY)
+    assert status == 200
+    return cassettes / "proxy.yaml", answer
+
+
+def test_curl_appends_through_the_proxy_and_the_old_interactions_stay_byte_for_byte(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    with FakeLayaServer(api_key=KEY) as fake:
+        saved, recorded = _record_whole(cassettes, fake)
+        before, sent = saved.read_bytes(), _decisions(fake)
+        with standalone("--cassettes", str(cassettes), "--record=new_episodes", "--upstream", fake.url) as (url, out):
+            assert curl(url, BODY) == (200, recorded)  # held: played, the server not reached
+            assert _decisions(fake) == sent
+            status, _ = curl(url, OTHER)  # lacked: forwarded, and appended at once
+            assert status == 200 and _decisions(fake) == sent + 1
+            assert _states(saved) == [BODY["state"], OTHER["state"]]
+            status, _ = curl(url, OTHER)  # made again: sent again, so the cassette replays it twice
+            assert status == 200 and _decisions(fake) == sent + 2
+    after = saved.read_bytes()
+    head = before[:before.index(b"\nmetadata:")]
+    assert after.startswith(head) and _states(saved) == [BODY["state"], OTHER["state"], OTHER["state"]]
+    assert yaml.safe_load(after)["metadata"] == yaml.safe_load(before)["metadata"]  # as old as its oldest answer
+    printed = "".join(out)
+    assert "record (--record=new_episodes) on http://127.0.0.1:" in printed
+    assert "appending to" in printed and "(1 interactions held)" in printed
+    assert f"cassette {saved}: 2 interaction(s) appended" in printed
+    assert_hidden(printed + after.decode(), KEY)
+    assert list(cassettes.iterdir()) == [saved]  # written atomically: no temporary file left beside it
+
+    with standalone("--cassettes", str(cassettes)) as (url, _):  # the upstream gone: all three replay
+        assert curl(url, BODY) == (200, recorded)
+        assert curl(url, OTHER)[0] == 200
+
+
+def test_appending_nothing_new_leaves_the_cassette_untouched(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    with FakeLayaServer(api_key=KEY) as fake:
+        saved, recorded = _record_whole(cassettes, fake)
+        before, stat, sent = saved.read_bytes(), saved.stat(), _decisions(fake)
+        with standalone("--cassettes", str(cassettes), "--record=new_episodes", "--upstream", fake.url) as (url, out):
+            assert curl(url, BODY) == (200, recorded)
+    assert _decisions(fake) == sent
+    assert saved.read_bytes() == before and saved.stat().st_mtime_ns == stat.st_mtime_ns
+    assert f"cassette {saved}: nothing new recorded, the file untouched" in "".join(out)
+
+
+def test_appending_answers_of_another_server_is_refused_and_nothing_is_written(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    with FakeLayaServer(api_key=KEY, model="one") as first:
+        saved, _ = _record_whole(cassettes, first)
+    before = saved.read_bytes()
+    with FakeLayaServer(api_key=KEY, model="two") as other:
+        with standalone("--cassettes", str(cassettes), "--record=new_episodes", "--upstream", other.url) as (url, out):
+            status, problem = curl(url, OTHER)
+    assert status == 500 and problem["code"] == "cassette_not_appended"
+    for said in (problem["detail"], "".join(out)):
+        assert "could not append to cassette" in said and "recorded from another server (identity" in said
+        assert "Record it again as a whole with --mode record" in said
+    assert saved.read_bytes() == before
+    assert_hidden("".join(out) + problem["detail"], KEY)
+
+
+def test_appending_to_a_broken_cassette_records_it_again_whole(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    cassettes.mkdir()
+    saved = cassettes / "proxy.yaml"
+    saved.write_text("interactions: [\n")
+    with FakeLayaServer(api_key=KEY) as fake:
+        with standalone("--cassettes", str(cassettes), "--record=new_episodes", "--upstream", fake.url) as (url, out):
+            assert curl(url, OTHER)[0] == 200
+    assert f"replacing {saved}, which cannot be read" in "".join(out)
+    assert _states(saved) == [OTHER["state"]]
+
+
+def test_record_missing_replays_the_cassette_it_finds_and_records_one_it_lacks(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    with FakeLayaServer(api_key=KEY) as fake:
+        with standalone("--cassettes", str(cassettes), "--record=missing", "--upstream", fake.url) as (url, _):
+            status, recorded = curl(url, BODY)  # no cassette yet: recorded
+        saved = cassettes / "proxy.yaml"
+        assert status == 200 and _states(saved) == [BODY["state"]]
+        before, sent = saved.read_bytes(), _decisions(fake)
+        with standalone("--cassettes", str(cassettes), "--record=missing", "--upstream", fake.url) as (url, out):
+            assert curl(url, BODY) == (200, recorded)
+            status, problem = curl(url, OTHER)
+    assert status == 500 and problem["code"] == "cassette_miss"
+    assert _decisions(fake) == sent and saved.read_bytes() == before
+    assert f"replaying {saved} (1 interactions; --record=missing records only a cassette that is missing)" \
+        in "".join(out)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "live", "--upstream", "http://127.0.0.1:1", "--record"], "--record is for --mode record"),
+    (["--mode", "replay", "--record=new_episodes"], "--record is for --mode record"),
+    (["--record=missing"], "--mode record needs --upstream URL"),  # --record alone means --mode record
+])
+def test_record_mode_usage_errors_say_what_to_do(tmp_path, capsys, args, message):
+    assert main(["proxy", "--cassettes", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_bad_record_mode_names_every_record_mode_and_help_lists_them(tmp_path, capsys):
+    from pytest_laya.route.modes import RecordMode
+
+    with pytest.raises(SystemExit):
+        main(["proxy", "--cassettes", str(tmp_path), "--record=sometimes"])
+    err = capsys.readouterr().err
+    assert "'sometimes' is not a record mode: use one of --record (refresh every selected test)" in err
+    for mode in RecordMode:
+        assert f"{mode.flag_of('--record')} ({mode.does})" in err
+    with pytest.raises(SystemExit):
+        main(["proxy", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for mode in RecordMode:
+        assert f"{mode.flag_of('--record')} to {mode.does}" in shown
