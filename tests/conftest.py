@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import _pytest.pytester
 import pytest
+
+# The suite starts about 150 Python processes (xdist workers, inner pytest runs and their workers,
+# servers), and pytest rewrites every module of the kit (a pytest11 plugin) and of the tests in
+# each. Where PYTHONDONTWRITEBYTECODE is set (some CI images, this project's machines), each of
+# them compiled and rewrote it all from source again: about 0.4 s of CPU per inner pytest start
+# and 3 s per worker's collection. This process and every one it starts write bytecode (into
+# __pycache__, ignored by git), as without that variable. Not under mutmut
+# (scripts/mutation_test.py), which asks for none on purpose.
+if "mutmut" not in sys.modules and "MUTANT_UNDER_TEST" not in os.environ:
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # pytester's in-process runs drop the modules first imported inside them, so modules that must
 # exist once per process are imported here, before any inner run can be the first to:
