@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_laya.cassettes.matching import match_key
+from pytest_laya.wire.body import NOT_JSON, Body, body_bytes
 from pytest_laya.wire.pointer import join
 from pytest_laya.wire.routes import HEALTH_PATH
 
@@ -167,12 +168,7 @@ def _headers(response: Mapping[str, Any]) -> dict[str, list[str]]:
 
 
 def _body(response: Mapping[str, Any]) -> bytes:
-    raw = (response.get("body") or {}).get("string")
-    if raw is None:
-        return b""
-    if isinstance(raw, str):
-        return raw.encode("utf-8")
-    return bytes(raw)
+    return body_bytes((response.get("body") or {}).get("string"))
 
 
 def _kind(value: Any) -> type:
@@ -228,10 +224,8 @@ def _json_differences(recorded: Any, live: Any, where: str, tolerance: float, ou
 
 
 def _parse(raw: bytes) -> Any:
-    try:
-        return json.loads(raw) if raw.strip() else _ABSENT
-    except (ValueError, UnicodeDecodeError):
-        return _ABSENT
+    value = Body(raw).json
+    return _ABSENT if value is NOT_JSON else value
 
 
 #: Where an answer holds a probability: a member of `probabilities`, or a member with one of these names.
