@@ -276,13 +276,16 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
 def _parse_cassette(path: Path) -> dict[str, Any] | None:
     import yaml
 
-    from pytest_laya.cassettes import yaml_loader
+    from pytest_laya.cassettes import derived, yaml_loader
 
     raw = read_limited(path)
     if raw is None:
         return None
     if not raw.strip():
         raise CassetteError(f"cassette {path} is empty: it was cut off while being written. {REPAIR}", path=path)
+    kept: dict[str, Any] | None = derived.parsed(raw)  # an earlier run's parse of these very bytes
+    if kept is not None:
+        return kept
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -294,6 +297,7 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
         raise _yaml_problem(path, exc, text) from None
     _check_structure(path, data)
     checked: dict[str, Any] = data
+    derived.note_parsed(raw, checked)  # kept for later runs if replay finds no secret in it
     return checked
 
 

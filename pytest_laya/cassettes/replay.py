@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from pytest_laya.cassettes import derived
 from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.disk import REPAIR
 from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
@@ -107,6 +108,61 @@ def _load(path: Path, data: dict[str, Any], api_key: str | None, config: Cassett
     return _Loaded(data, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)))
 
 
+def _derived(path: Path, data: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded:
+    """`_load`'s result, from an earlier run (`cassettes.derived`) when the file's bytes, the
+    configuration and the kit are the same; else worked out, and kept when it may be.
+
+    Kept only what the file holds already: never a file read with an API key (scrubbing it is
+    the key's business) or one whose scrubbing learned a secret from it.
+    """
+    digest = derived.digest_of_parsed(data) if api_key is None else None
+    if digest is None:
+        return _load(path, data, api_key, config)
+    extras = derived.extras()
+    parts = (bytes.fromhex(digest), repr(config).encode(), *(extra.name.encode() + extra.key() for extra in extras))
+    entry = derived.get("replay", *parts)
+    kept = _from_plain(data, entry)
+    if kept is not None:
+        for extra in extras:  # each restores its own, or is worked out again when asked
+            extra.restore(entry[2].get(extra.name))
+        return kept
+    loaded = _load(path, data, api_key, config)
+    if not loaded.learned:
+        derived.keep_parse(data)
+        derived.put("replay", _plain(loaded, extras), *parts)
+    return loaded
+
+
+def _plain(loaded: _Loaded, extras: tuple[derived.Extra, ...]) -> tuple[Any, ...]:
+    """`loaded`'s interactions and index, and what `extras` derive from them, as built-in values."""
+    interactions = tuple((request.method, request.uri, request.body, tuple(request.headers.items()), response)
+                         for request, response in loaded.interactions)
+    index = tuple((key, tuple(places)) for key, places in loaded.index.items())
+    return interactions, index, {extra.name: extra.derive(loaded.interactions) for extra in extras}
+
+
+def _from_plain(data: dict[str, Any], plain: Any) -> _Loaded | None:
+    """The `_Loaded` that `_plain` gave `plain`, or None if `plain` is not one (a foreign entry)."""
+    from pytest_laya.intercept.request import Headers, Request
+
+    try:
+        stored, index, extras = plain
+        if not isinstance(extras, dict):
+            return None
+        interactions: list[Interaction] = []
+        for method, uri, body, headers, response in stored:
+            if not isinstance(response, dict):
+                return None
+            request = Request(method, uri, body, Headers(headers))
+            interactions.append((request, response))
+        places = {key: list(at) for key, at in index}
+        if any(not 0 <= i < len(interactions) for at in places.values() for i in at):
+            return None
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return _Loaded(data, tuple(interactions), places, ())
+
+
 def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded | None:
     """The file's interactions, from the cache while the file is unchanged; None if there is no file."""
     try:
@@ -128,7 +184,7 @@ def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded 
     data = read_cassette(path)
     if data is None:
         return None
-    loaded = _load(path, data, api_key, config)
+    loaded = _derived(path, data, api_key, config)
     if key is not None:
         with _CACHE_LOCK:
             _CACHE[key] = loaded

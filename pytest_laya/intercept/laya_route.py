@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from pytest_laya.intercept.switchboard import host_of
 from pytest_laya.wire.calls import Call, Calls
+from pytest_laya.wire.content_coding import recorded_coding
 from pytest_laya.wire.exchange import Exchange
 from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH
 
@@ -46,13 +47,12 @@ def _decoded(response: dict[str, Any]) -> dict[str, Any]:
     A body that will not decode, or decodes past `MAX_RESPONSE_BYTES`, is checked as it came:
     its spec check then says the body is not what its media type promises.
     """
-    from pytest_laya.client.call import MAX_RESPONSE_BYTES
-    from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body, recorded_coding
-
     headers = response.get("headers") or {}
     encoding = recorded_coding(headers)
     if not encoding:
         return response
+    from pytest_laya.client.call import MAX_RESPONSE_BYTES
+    from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body
     raw = (response.get("body") or {}).get("string") or b""
     try:
         body = decode_body(raw if isinstance(raw, bytes) else str(raw).encode(), encoding, MAX_RESPONSE_BYTES)

@@ -42,6 +42,7 @@ __all__ = ["LayaRun", "LayaServer", "WORKEROUTPUT_KEY", "spec_observer"]
 
 _STATE = pytest.StashKey[LayaRun]()
 _SIZE_LIMIT_BEFORE = pytest.StashKey[int]()
+_DERIVED_BEFORE = pytest.StashKey[Any]()
 
 
 def _run(config: pytest.Config) -> LayaRun | None:
@@ -60,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     run = config.stash[_STATE] = options.resolve(config)
     config.stash[_SIZE_LIMIT_BEFORE] = _set_size_limit(run.max_cassette_bytes)
+    config.stash[_DERIVED_BEFORE] = _use_derived_cache(config)
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
     interrupts.watch(run, config)  # SIGTERM stops the run as Ctrl-C does; xdist results survive an interrupt
     config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
@@ -71,6 +73,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     before = config.stash.get(_SIZE_LIMIT_BEFORE, None)
     if before is not None:
         _set_size_limit(before)  # a nested run (pytester) leaves the outer run's limit as it was
+    if _DERIVED_BEFORE in config.stash:
+        from pytest_laya.cassettes import derived
+
+        derived.use(*config.stash[_DERIVED_BEFORE])
+
+
+def _use_derived_cache(config: pytest.Config) -> Any:
+    """Keep what replay derives from cassette files (and the spec verdicts on their exchanges) in
+    pytest's cache (none under -p no:cacheprovider); returns what was in use before."""
+    from pytest_laya.cassettes import derived
+    from pytest_laya.route.spec_check import replay_verdicts
+
+    cache = getattr(config, "cache", None)
+    folder = None
+    if cache is not None:
+        try:
+            folder = Path(cache.mkdir("pytest-laya")) / "derived"
+        except OSError:  # an unwritable cache directory: no cache, as pytest itself goes on
+            folder = None
+    return derived.use(folder, (replay_verdicts(),))
 
 
 def _set_size_limit(limit: int) -> int:

@@ -9,6 +9,8 @@ test, and is listed in the summary otherwise.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,13 +19,14 @@ from pytest_laya.wire.spec_name import SpecName
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.cassettes import CassetteHandle
+    from pytest_laya.cassettes.derived import Extra
     from pytest_laya.route.modes import RouteKind
     from pytest_laya.servers.handle import ServerHandle
     from pytest_laya.specs.conformance import Conformance
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["LISTED_VIOLATIONS", "RouteView", "RunTally", "SpecCheck", "answered_by_a_fault"]
+__all__ = ["LISTED_VIOLATIONS", "RouteView", "RunTally", "SpecCheck", "answered_by_a_fault", "replay_verdicts"]
 
 #: The summary section listing violations that failed no test (report mode, laya_fake_server).
 LISTED_VIOLATIONS = "spec violations (listed, not failing)"
@@ -137,3 +140,35 @@ class SpecCheck:
         for violation in [*violations, *([summary] if summary else [])]:
             self.run.note(LISTED_VIOLATIONS, redact(f"{route.nodeid}: {self.label} ({spec} spec): "
                                                     f"{exchange.method} {target} -> {exchange.status}: {violation}"))
+
+
+@functools.cache
+def _specs_key() -> bytes:
+    """The bundled specs' text, hashed: a verdict kept across runs is only as good as the specs it came from."""
+    from pytest_laya.specs.conformance import SPECS
+
+    digest = hashlib.sha256()
+    for name, load in sorted(SPECS.items()):
+        digest.update(name.encode() + b"\0" + Path(load().source).read_bytes() + b"\0")
+    return digest.digest()
+
+
+def _derive_verdicts(interactions: Any) -> Any:
+    """Both specs' verdicts on each replayed exchange as it will be played to a request like the recorded one."""
+    from pytest_laya.cassettes.request_ids import echo_ids
+    from pytest_laya.intercept.laya_route import exchange_of
+    from pytest_laya.specs.conformance import plain_verdicts
+
+    try:
+        return plain_verdicts([exchange_of(request, echo_ids(response, request)) for request, response in interactions])
+    except Exception:  # an exchange the check fails on: judged when it is played, where its error belongs
+        return None
+
+
+def replay_verdicts() -> Extra:
+    """The spec verdicts a replayed file's entry in `cassettes.derived` keeps beside its interactions:
+    a later run seeds `Conformance` with them and judges only exchanges that differ."""
+    from pytest_laya.cassettes.derived import Extra
+    from pytest_laya.specs.conformance import seed
+
+    return Extra("verdicts", _specs_key, _derive_verdicts, seed)

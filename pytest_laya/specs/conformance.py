@@ -7,14 +7,15 @@ report, so a run against today's servers also shows how far they are from the ta
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.specs.spec import Spec, Violation, Violations
+from pytest_laya.specs.spec import Spec, Violation, Violations, lower_headers
 from pytest_laya.wire.exchange import Exchange
 
-__all__ = ["Conformance", "SpecViolationError", "SPECS"]
+__all__ = ["Conformance", "SpecViolationError", "SPECS", "plain_verdicts", "seed", "verdicts_of"]
 
 SPECS = {"current": Spec.current, "target": Spec.target}
 
@@ -70,6 +71,97 @@ class _Tally:
             self.headers[key] = self.headers.get(key, True) and name not in broken
 
 
+#: One spec's verdict on an exchange: (spec name, operation, violations, documented headers).
+Verdict = tuple[str, str, Violations, list[str]]
+
+#: Verdicts by exchange (`_fingerprint`): judging is a pure function of the exchange and the two
+#: bundled specs, so an exchange seen before (a replayed one, judged in an earlier run: `seed`)
+#: is not judged again. Bounded: memory stays flat over a run of any length.
+_VERDICTS: OrderedDict[tuple[Any, ...], tuple[Verdict, ...]] = OrderedDict()
+_VERDICTS_MAX = 1024
+_REMEMBERED_BYTES = 16 * 1024  # an exchange's bodies at most, so the memo holds at most 16 MiB of them
+_VERDICTS_LOCK = threading.Lock()
+
+
+def _fingerprint(exchange: Exchange) -> tuple[Any, ...]:
+    """All that `Spec.judge` reads of an exchange."""
+    return (exchange.method, exchange.path, exchange.status, tuple(lower_headers(exchange.headers).items()),
+            exchange.body, exchange.request_body)
+
+
+def _judged(exchange: Exchange) -> tuple[Verdict, ...]:
+    path = exchange.path.split("?")[0]
+    verdicts = []
+    for name, load in SPECS.items():
+        spec = load()
+        # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
+        operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
+        violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, exchange.headers,
+                                            exchange.body, request_body=exchange.request_body)
+        verdicts.append((name, operation, violations, documented))
+    return tuple(verdicts)
+
+
+def _remember(key: tuple[Any, ...], verdicts: tuple[Verdict, ...]) -> None:
+    if sum(len(part) for part in key[4:] if isinstance(part, (bytes, str))) > _REMEMBERED_BYTES:
+        return
+    with _VERDICTS_LOCK:
+        _VERDICTS[key] = verdicts
+        _VERDICTS.move_to_end(key)
+        while len(_VERDICTS) > _VERDICTS_MAX:
+            _VERDICTS.popitem(last=False)
+
+
+def verdicts_of(exchange: Exchange) -> tuple[Verdict, ...]:
+    """Both specs' verdicts on `exchange`, judged once per process (and per `seed`)."""
+    key = _fingerprint(exchange)
+    try:
+        with _VERDICTS_LOCK:
+            found = _VERDICTS.get(key)
+    except TypeError:  # a body given as parsed JSON: judged, not remembered
+        return _judged(exchange)
+    if found is None:
+        found = _judged(exchange)
+        _remember(key, found)
+    return found
+
+
+def _copy(violations: Violations) -> Violations:
+    copied = Violations(violations)
+    copied.unlisted, copied.counted_all = violations.unlisted, violations.counted_all
+    return copied
+
+
+def plain_verdicts(exchanges: list[Exchange]) -> tuple[Any, ...]:
+    """The verdicts on `exchanges` as built-in values, for a later process's `seed` (`cassettes.derived`)."""
+    return tuple((key, tuple((name, operation, tuple((v.where, v.expected, v.actual, v.rule) for v in violations),
+                              violations.unlisted, violations.counted_all, tuple(documented))
+                             for name, operation, violations, documented in verdicts))
+                 for key, verdicts in ((_fingerprint(e), verdicts_of(e)) for e in exchanges))
+
+
+def seed(plain: Any) -> bool:
+    """Remember verdicts `plain_verdicts` gave (an earlier run's); False, and nothing kept, if `plain` is not such."""
+    kept = []
+    try:
+        for key, verdicts in plain:
+            if not isinstance(key, tuple) or len(key) != 6:
+                return False
+            rebuilt = []
+            for name, operation, listed, unlisted, counted_all, documented in verdicts:
+                violations = Violations(Violation(*map(str, v)) for v in listed)
+                violations.unlisted, violations.counted_all = int(unlisted), bool(counted_all)
+                rebuilt.append((str(name), str(operation), violations, [str(d) for d in documented]))
+            if sorted(name for name, *_ in rebuilt) != sorted(SPECS):
+                return False
+            kept.append((key, tuple(rebuilt)))
+    except (TypeError, ValueError):
+        return False
+    for key, verdicts in kept:
+        _remember(key, verdicts)
+    return True
+
+
 class Conformance:
     def __init__(self) -> None:
         self._tallies: dict[tuple[str, str], _Tally] = defaultdict(_Tally)
@@ -77,13 +169,8 @@ class Conformance:
     def check(self, exchange: Exchange, *, server: str, claimed: str) -> Violations:
         """Record `exchange` against both specs; return the violations of the `claimed` one."""
         claimed_violations = Violations()
-        path = exchange.path.split("?")[0]
-        for name, load in SPECS.items():
-            spec = load()
-            # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
-            operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
-            violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, exchange.headers,
-                                                  exchange.body, request_body=exchange.request_body)
+        for name, operation, violations, documented in verdicts_of(exchange):
+            violations = _copy(violations)
             self._tallies[(server, name)].add(operation, documented, violations)
             if name == claimed:
                 claimed_violations = violations

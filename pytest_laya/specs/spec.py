@@ -190,7 +190,7 @@ def _media_of(headers: Mapping[str, str]) -> str | None:
     return value.split(";")[0].strip().lower() if value else None
 
 
-def _lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> dict[str, str]:
+def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> dict[str, str]:
     if headers is None:
         return {}
     items = headers.items() if hasattr(headers, "items") else headers
@@ -409,7 +409,7 @@ class Spec:
                                           rule=f"#{op.pointer}/responses"))
                 return problems, []
             response, pointer = documented_response
-        lowered = _lower_headers(headers)
+        lowered = lower_headers(headers)
         problems.add(self._header_violations(response, pointer, lowered))
         parsed: list[Any] = []
         content = self._content_violations(response.get("content"), f"{pointer}/content", lowered, body,
@@ -468,7 +468,7 @@ class Spec:
             empty = body in (None, b"", "")
             return [] if empty else [Violation("/body", f"no body for {method.upper()} {op.path}", "a body")]
         request, pointer = self._deref(op.definition["requestBody"], f"{op.pointer}/requestBody")
-        lowered = _lower_headers(headers) if headers else {}
+        lowered = lower_headers(headers) if headers else {}
         return self._content_violations(request.get("content"), f"{pointer}/content", lowered, body,
                                         where="/body", kind="request", default_media=True)
 

@@ -1,0 +1,189 @@
+"""What replay derives from a cassette file, kept across processes (as Python keeps ``.pyc`` files).
+
+Parsing a cassette's YAML, then scrubbing and indexing its interactions, costs more than playing
+them. Under the plugin, with pytest's cache directory (``config.cache``; none under
+``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``,
+content-addressed: an entry's name is the SHA-256 of the file's bytes, the kit's code (its version
+and the source of the modules that derive the result, so an edit of the kit in place counts too),
+the Python version and, for the scrubbed interactions, the scrubbing configuration. An edited
+cassette, another configuration or another kit never reads a stale entry.
+
+An entry is written to a temporary file and moved into place (``os.replace``): readers, and
+pytest-xdist workers writing the same entry, never see half of one. An entry that cannot be read
+(cut off, corrupted, another format) is ignored and written again, never an error. Nothing is
+stored that the cassette file does not hold already, and nothing of a file whose scrubbing learns a
+secret from it or that is read while an API key is set (`pytest_laya.cassettes.replay` decides).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import marshal
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "keep_parse", "note_parsed", "parsed", "put", "use"]
+
+_MAGIC = b"pytest-laya derived 1\n"
+_CHECK_BYTES = 16
+
+_folder: Path | None = None
+_extras: tuple[Extra, ...] = ()
+_code_digest: bytes | None = None
+_lock = threading.Lock()
+# The file digest of each parsed cassette this process read through the cache, by the parse
+# itself (held, so its id stays its own): replay keys its derived entry by the same bytes.
+_digests: collections.OrderedDict[int, tuple[Any, str]] = collections.OrderedDict()
+_DIGESTS_MAX = 64
+
+
+class Extra(NamedTuple):
+    """Something a layer above derives from a replayed file's interactions, kept in its entry too
+    (the plugin's spec verdicts): `key` names its inputs beyond the file (bytes, asked once per
+    entry), `derive` gives a built-in value from the interactions, `restore` takes it back (False
+    if it is not one of its own)."""
+
+    name: str
+    key: Callable[[], bytes]
+    derive: Callable[[Any], Any]
+    restore: Callable[[Any], bool]
+
+
+def use(folder: Path | None, extras: tuple[Extra, ...] = ()) -> tuple[Path | None, tuple[Extra, ...]]:
+    """Keep derived results under `folder` from now on (None: keep none), with `extras`; returns
+    what was in use before (to give back to `use`)."""
+    global _folder, _extras
+    with _lock:
+        before = (_folder, _extras)
+        _folder, _extras = folder, tuple(extras)
+        return before
+
+
+def directory() -> Path | None:
+    return _folder
+
+
+def extras() -> tuple[Extra, ...]:
+    return _extras
+
+
+def _code() -> bytes:
+    """The kit's version and the source of the modules whose output is cached, hashed once per process."""
+    global _code_digest
+    code = _code_digest
+    if code is None:
+        root = Path(__file__).resolve().parent.parent
+        digest = hashlib.sha256(f"{sys.version_info[:2]} {marshal.version}".encode())
+        for package in ("cassettes", "wire", "intercept"):
+            for source in sorted((root / package).glob("*.py")):
+                digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+        code = _code_digest = digest.digest()
+    return code
+
+
+def _path(kind: str, parts: tuple[bytes, ...]) -> Path | None:
+    folder = _folder
+    if folder is None:
+        return None
+    digest = hashlib.sha256(_code() + kind.encode())
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    name = digest.hexdigest()
+    return folder / name[:2] / f"{name[2:]}.{kind}"
+
+
+def get(kind: str, *parts: bytes) -> Any:
+    """The value kept for (`kind`, `parts`), or None: no cache, no entry, or one that cannot be read."""
+    path = _path(kind, parts)
+    if path is None:
+        return None
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    head = len(_MAGIC) + _CHECK_BYTES
+    if not blob.startswith(_MAGIC) or len(blob) < head:
+        return None
+    payload = blob[head:]
+    if hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() != blob[len(_MAGIC):head]:
+        return None
+    try:
+        return marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def put(kind: str, value: Any, *parts: bytes) -> None:
+    """Keep `value` (built-in types only) for (`kind`, `parts`); a value or folder that cannot be kept is skipped."""
+    path = _path(kind, parts)
+    if path is None:
+        return
+    try:
+        payload = marshal.dumps(value)
+    except ValueError:  # a type marshal cannot hold (a date in a cassette's metadata): not kept
+        return
+    blob = _MAGIC + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(blob)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+    except OSError:  # a read-only or full disk: the run goes on without the cache
+        return
+
+
+def _file_digest(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+def parsed(raw: bytes) -> Any:
+    """The parse of a cassette file's bytes kept by an earlier run, or None."""
+    if _folder is None:
+        return None
+    digest = _file_digest(raw)
+    data = get("parsed", digest)
+    if not isinstance(data, dict):
+        return None
+    _remember(data, digest)
+    return data
+
+
+def note_parsed(raw: bytes, data: Any) -> None:
+    """Remember which bytes `data` (a checked parse) came from; `keep_parse` keeps it for later runs."""
+    if _folder is not None:
+        _remember(data, _file_digest(raw))
+
+
+def keep_parse(data: Any) -> None:
+    """Keep the parse `note_parsed` saw for later runs (replay asks once its scrubbing learned no secret)."""
+    digest = digest_of_parsed(data)
+    if digest is not None:
+        put("parsed", data, bytes.fromhex(digest))
+
+
+def _remember(data: Any, digest: bytes) -> None:
+    with _lock:
+        _digests[id(data)] = (data, digest.hex())
+        _digests.move_to_end(id(data))
+        while len(_digests) > _DIGESTS_MAX:
+            _digests.popitem(last=False)
+
+
+def digest_of_parsed(data: Any) -> str | None:
+    """The digest of the file bytes `data` was parsed from, when it was read with a cache folder in use."""
+    with _lock:
+        found = _digests.get(id(data))
+    return found[1] if found is not None and found[0] is data else None

@@ -1,0 +1,96 @@
+"""`cassettes.derived`: what replay derives from a file, kept across processes, never stale, never a secret."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_laya.cassettes import derived, persist, replay
+from pytest_laya.cassettes.config import CassetteConfig
+
+SHIPPED = Path(__file__).resolve().parents[2] / "cassettes" / "laya-serve-0.4.15" / "score.yaml"
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Any:
+    """A cache folder in use, and a clean slate in memory (the parse and replay caches are per process)."""
+    calls: list[Any] = []
+    extra = derived.Extra("probe", lambda: calls[-1][1] if calls else b"v1", lambda interactions: len(interactions),
+                          lambda plain: calls.append(("restored", plain)) or True)
+    before = derived.use(tmp_path / "derived", (extra,))
+    persist._PARSED.clear()
+    replay._CACHE.clear()
+    yield tmp_path / "derived", calls
+    derived.use(*before)
+    persist._PARSED.clear()
+    replay._CACHE.clear()
+
+
+def load(path: Path, config: CassetteConfig | None = None, api_key: str | None = None) -> Any:
+    persist._PARSED.clear()  # another process, as far as memory goes
+    replay._CACHE.clear()
+    return replay._loaded(path, api_key, config or CassetteConfig())
+
+
+def kinds(folder: Path) -> list[str]:
+    return sorted(p.suffix for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".tmp"))
+
+
+def test_a_value_comes_back_and_a_damaged_one_does_not(cache):
+    folder, _ = cache
+    derived.put("probe", {"a": [1, b"x"]}, b"key")
+    assert derived.get("probe", b"key") == {"a": [1, b"x"]}
+    assert derived.get("probe", b"other") is None
+    (entry,) = [p for p in folder.rglob("*.probe")]
+    entry.write_bytes(entry.read_bytes()[:-1] + b"!")
+    assert derived.get("probe", b"key") is None
+
+
+def test_without_a_folder_nothing_is_kept(tmp_path):
+    before = derived.use(None)
+    try:
+        derived.put("probe", 1, b"key")
+        assert derived.get("probe", b"key") is None
+    finally:
+        derived.use(*before)
+
+
+def test_a_second_read_is_the_first_ones_result(cache, tmp_path):
+    folder, calls = cache
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    first = load(path)
+    assert kinds(folder) == [".parsed", ".replay"]
+    second = load(path)
+    assert [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in second.interactions] == \
+        [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in first.interactions]
+    assert second.index == first.index and second.data == first.data
+    assert calls == [("restored", len(first.interactions))]
+
+
+def test_another_configuration_or_extra_key_is_worked_out_again(cache, tmp_path):
+    folder, calls = cache
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    load(path)
+    load(path, CassetteConfig(filter_headers=(("x-inference-time-ms", None),)))
+    assert kinds(folder) == [".parsed", ".replay", ".replay"]
+    calls.append(("spec edited", b"v2"))  # the extra's key changes, as an edited spec's hash does
+    load(path)
+    assert kinds(folder) == [".parsed", ".replay", ".replay", ".replay"]
+
+
+def test_an_api_key_or_a_learned_secret_keeps_no_interactions(cache, tmp_path):
+    folder, _ = cache
+    path = tmp_path / "score.yaml"
+    data = yaml.safe_load(SHIPPED.read_text())
+    data["interactions"][0]["request"]["headers"]["authorization"] = ["Bearer sk-learned-secret-4242"]
+    path.write_text(yaml.safe_dump(data))
+    loaded = load(path)
+    assert loaded.learned == ("sk-learned-secret-4242",)
+    load(path, api_key="sk-given-key-1234")
+    assert kinds(folder) == []

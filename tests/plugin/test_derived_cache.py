@@ -1,0 +1,102 @@
+"""Replay keeps what it derives from a cassette file in pytest's cache, across processes (issue 36).
+
+The parsed file, its scrubbed and indexed interactions, and both specs' verdicts on its exchanges
+are kept under ``.pytest_cache/d/pytest-laya/derived/``, keyed by the file's bytes: a later run
+reads them instead of parsing and judging again, an edited cassette is read afresh, a corrupt
+entry is written again, and ``-p no:cacheprovider`` keeps nothing. Each run is its own process:
+what one process remembers in memory must not stand in for the cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
+from tests.plugin.test_answer_rules_in_plugin import CASSETTE, OWN_HTTPX, edit_answer
+
+pytest_plugins = ["pytester"]
+
+# With a file named ``no-parsing`` in the project, the inner run may neither parse a cassette's
+# YAML nor judge an exchange: it passes only if both came from the cache.
+CONFTEST = """
+import pytest
+
+from pytest_laya.cassettes import yaml_loader
+from pytest_laya.specs.spec import Spec
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("parsed or judged again: the derived cache was not read")
+
+
+def pytest_configure(config):
+    if (config.rootpath / "no-parsing").exists():
+        yaml_loader.load = _forbidden
+        Spec.judge = _forbidden
+"""
+
+
+def replay(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS, "-v", *args)
+
+
+def entries(pytester: pytest.Pytester) -> list[Path]:
+    folder = pytester.path / ".pytest_cache" / "d" / "pytest-laya" / "derived"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+@pytest.fixture
+def recorded(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_it=OWN_HTTPX)
+    pytester.makeconftest(CONFTEST)
+    with FakeLayaServer() as fake:
+        run(pytester, "--laya-record", "--laya-url", fake.url).assert_outcomes(passed=1)
+    return pytester
+
+
+def conformance(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.outlines if "target" in line or "current" in line]
+
+
+def test_a_second_run_reads_the_parse_the_interactions_and_the_verdicts_from_the_cache(recorded):
+    first = replay(recorded)
+    first.assert_outcomes(passed=1)
+    kinds = sorted(p.suffix for p in entries(recorded))
+    assert kinds == [".parsed", ".replay"]
+    (recorded.path / "no-parsing").touch()
+    second = replay(recorded)
+    second.assert_outcomes(passed=1)
+    assert conformance(second) == conformance(first)  # the same table, from the kept verdicts
+    assert conformance(first)
+
+
+def test_an_edited_cassette_is_read_and_judged_again(recorded):
+    replay(recorded).assert_outcomes(passed=1)
+    edit_answer(recorded.path.joinpath(*CASSETTE), choice="billing", probabilities={"billing": 0.8, "tech": 0.8})
+    result = replay(recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rule probabilities-sum: expected a sum of 1 within 0.02, got 1.6000*"])
+
+
+def test_a_corrupt_or_foreign_entry_is_ignored_and_written_again(recorded):
+    replay(recorded).assert_outcomes(passed=1)
+    kept = entries(recorded)
+    for number, entry in enumerate(kept):
+        entry.write_bytes(b"not an entry" if number % 2 else entry.read_bytes()[:-7])
+    replay(recorded).assert_outcomes(passed=1)
+    (recorded.path / "no-parsing").touch()
+    replay(recorded).assert_outcomes(passed=1)  # each entry was written again, whole
+    assert entries(recorded) == kept
+
+
+def test_without_the_cache_provider_nothing_is_kept(recorded):
+    replay(recorded, "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert entries(recorded) == []
+
+
+def test_a_run_with_an_api_key_keeps_nothing(recorded):
+    replay(recorded, "--laya-api-key", "sk-derived-cache-canary-7781").assert_outcomes(passed=1)
+    assert entries(recorded) == []
