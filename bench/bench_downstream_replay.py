@@ -92,9 +92,10 @@ from pytest_laya.fake import FakeLayaServer  # noqa: E402
 TARGET_VS_RECORDING = 0.5
 TARGET_VS_MOCK = 2.0
 TARGET_RSS_GROWTH_MB = 50.0
-PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit")
-PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit")
-PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit"}
+PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first")
+PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first")
+PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit", "laya_own@warm": "mock_httpx",
+         "laya_own@first": "mock_httpx"}
 LABELS = {
     "empty": "empty tests (floor)",
     "recording": "pytest-recording, module-level httpx.Client",
@@ -102,6 +103,8 @@ LABELS = {
     "laya_client": "pytest-laya, laya_client (validated)",
     "mock_httpx": "MockTransport, module-level httpx.Client",
     "mock_kit": "MockTransport, module-level ServedLayaClient",
+    "laya_own@warm": "pytest-laya, own httpx.Client on laya_url (validated), derived cache read (a later run)",
+    "laya_own@first": "pytest-laya, own httpx.Client on laya_url (validated), derived cache written (a first run)",
 }
 #: The environment variable the pytest-recording suite reads its (recorded) Laya URL from.
 URL_ENV = "ACME_LAYA_URL"
@@ -222,7 +225,9 @@ def vcr_config():
 
 
 def module_of(suite: str, decisions: int = 1, rss: bool = False) -> str:
-    return ("rss_" if rss else "") + suite + (f"_d{decisions}" if decisions > 1 else "")
+    """The test module's name (``test_<it>.py``), with the suite's cache variant after ``@``."""
+    suite, at, cached = suite.partition("@")
+    return ("rss_" if rss else "") + suite + (f"_d{decisions}" if decisions > 1 else "") + at + cached
 
 
 def write_suite(proj: Path, suite: str, n: int, decisions: int = 1, rss: bool = False,
@@ -236,7 +241,7 @@ def write_suite(proj: Path, suite: str, n: int, decisions: int = 1, rss: bool = 
 # ------------------------------------------------------------------------------ running
 
 def pytest_run(proj: Path, args: list[str], env: dict[str, str] | None = None,
-               extra: list[str] = ()) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+               extra: list[str] = (), cache_dir: Path | None = None) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """(wall s, CPU s of the child, result) of one ``python -m pytest`` run in `proj`.
 
     The child's CPU time (user + system) is the growth of this process's RUSAGE_CHILDREN over
@@ -244,7 +249,8 @@ def pytest_run(proj: Path, args: list[str], env: dict[str, str] | None = None,
     """
     full_env = child_env("cached")
     full_env.update(env or {})
-    cmd = [PY, *extra, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    cache = ["-o", f"cache_dir={cache_dir}"] if cache_dir is not None else ["-p", "no:cacheprovider"]
+    cmd = [PY, *extra, "-m", "pytest", "-q", *cache, *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=proj, env=full_env, capture_output=True, text=True)
@@ -310,10 +316,20 @@ class Project:
 
     def run(self, module: str, tests: int) -> dict[str, float]:
         """One run of a suite: its wall time, its process's CPU time, and its CPU time from the first
-        test to the end (start-up and collection left out: they add noise, not per-test cost)."""
+        test to the end (start-up and collection left out: they add noise, not per-test cost).
+
+        A module named ``...@warm`` runs with pytest's cache in a folder of its own that every run of
+        it shares (the plugin's derived cache read back, after the warm-up run filled it); ``...@first``
+        with a cache folder emptied before each run (the run that fills it)."""
+        module, _, cached = module.partition("@")
+        cache_dir = None
+        if cached:
+            cache_dir = self.root / f"cache-{module}-{cached}"
+            if cached == "first":
+                shutil.rmtree(cache_dir, ignore_errors=True)
         args, env = self.args(module)
         loop_file = self.root / "loop.txt"
-        wall, cpu, done = pytest_run(self.proj, args, {**env, LOOP_ENV: str(loop_file)})
+        wall, cpu, done = pytest_run(self.proj, args, {**env, LOOP_ENV: str(loop_file)}, cache_dir=cache_dir)
         if f"{tests} passed" not in done.stdout:
             raise RuntimeError(f"{module}: expected {tests} passed:\n{done.stdout[-2000:]}")
         return {"wall": wall, "cpu": cpu, "loop": float(loop_file.read_text())}
@@ -347,6 +363,9 @@ UNITS = ("cpu", "loop", "wall")  # process CPU time, CPU time from the first tes
 
 def measure(project: Project, rounds: int) -> dict[str, Any]:
     modules = [module_of(s) for s in PER_TEST] + [module_of(s, project.decisions) for s in PER_DECISION]
+    # one round's order: each cache variant right after its uncached twin, the same load on both
+    order = list(modules)
+    modules.sort(key=lambda m: order.index(m.partition("@")[0]))
     for module in modules:  # warm-up: bytecode, page cache; also checks every suite passes
         project.run(module, project.n)
     samples: dict[str, dict[str, list[float]]] = {m: {unit: [] for unit in UNITS} for m in modules}
@@ -382,7 +401,13 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     - ``check_both``: the plugin's spec check of its exchange (``Conformance.check``: both specs, for
       the conformance table), the answer rules included;
     - ``check_claimed``: the same exchange judged against its claimed spec only (``Spec.judge``),
-      the least a validated replay can cost.
+      the least a validated replay can cost;
+    - ``read_warm``: reading it as a later run does, from the derived cache (``replay._loaded``: the
+      file's bytes hashed, its parse, its scrubbed and indexed interactions and its spec verdicts
+      read back), its memory caches emptied first as a new process has them;
+    - ``check_warm``: the spec check of its exchange with its verdicts read back (``Conformance.check``);
+    - ``read_first``: reading it as the first run with a cache does (parsed, scrubbed, indexed,
+      both specs' verdicts worked out, all written to the cache).
     """
     from pytest_laya.cassettes import yaml_loader
     from pytest_laya.cassettes.config import CassetteConfig
@@ -409,14 +434,63 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
             times.append(time.process_time() - started)
         return min(times) * 1e6 / n
 
+    from pytest_laya.cassettes import derived, persist, replay
+    from pytest_laya.route.spec_check import replay_verdicts
+    from pytest_laya.specs import conformance
+
+    def new_process() -> None:  # what a new process remembers: nothing
+        persist._PARSED.clear()
+        replay._CACHE.clear()
+        conformance._VERDICTS.clear()
+
+    cache_dir = project.root / "parts-cache"
+
+    def first() -> None:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        new_process()
+        for f in files:
+            replay._loaded(f, None, config)
+
+    def warm() -> None:
+        new_process()
+        for f in files:
+            replay._loaded(f, None, config)
+
+    before = derived.use(cache_dir, (replay_verdicts(),))
+    try:
+        cached = {"read_first": best(first), "read_warm": best(warm)}
+        warm()
+        warm_tally = conformance.Conformance()
+        cached["check_warm"] = best(lambda: [warm_tally.check(e, server="replay", claimed="target") for e in exchanges])
+    finally:
+        derived.use(*before)
+        new_process()
     return {
         "decisions": n,
+        **cached,
         "yaml": best(lambda: [yaml_loader.load(t) for t in texts]),
         "read": best(lambda: [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]),
-        "check_both": best(lambda: [tally.check(e, server="replay", claimed="target") for e in exchanges]),
+        "check_both": best(lambda: new_process() or [tally.check(e, server="replay", claimed="target") for e in exchanges]),
         "check_claimed": best(lambda: [claimed.judge(e.method, e.path, e.status, e.headers, e.body,
                                                      request_body=e.request_body) for e in exchanges]),
     }
+
+
+def floors(res: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per decision, the floor each pytest-laya own-client suite stands on, from parts measured in
+    this run: httpx's own work (the MockTransport suite) + reading the interaction + its spec check
+    (both specs), as that suite reads and checks (no cache, a first run writing it, a later run reading it)."""
+    mock, parts = res["per_decision_us"]["mock_httpx"]["loop"], res["decision_parts_us"]
+    rows = {"laya_own": ("read", "check_both"), "laya_own@first": ("read_first", "check_warm"),
+            "laya_own@warm": ("read_warm", "check_warm")}
+    out = {}
+    for suite, (read, check) in rows.items():
+        floor = mock + parts[read] + parts[check]
+        code = res["per_decision_us"][suite]["loop"]
+        out[suite] = {"floor_us": floor, "code_us": code, "code_over_floor": code / floor,
+                      "floor_over_mock": floor / mock, "parts": f"httpx {mock:.0f} + {read} {parts[read]:.0f} "
+                                                                 f"+ {check} {parts[check]:.0f}"}
+    return out
 
 
 def ratios(res: dict[str, Any]) -> dict[str, float]:
@@ -445,6 +519,11 @@ def verdicts(res: dict[str, Any]) -> list[str]:
                      f"({r[f'{laya}_per_decision_vs_{mock}_cpu']:.2f}x process CPU, "
                      f"{r[f'{laya}_per_decision_vs_{mock}_wall']:.2f}x wall) (goal <= {TARGET_VS_MOCK}x): "
                      f"{met(v <= TARGET_VS_MOCK)}")
+    for suite, row in res.get("floors", {}).items():
+        lines.append(f"per decision, {LABELS[suite]}: {row['code_us']:.0f} us over its floor {row['floor_us']:.0f} us "
+                     f"({row['parts']}) = {row['code_over_floor']:.2f}x the floor; the floor is "
+                     f"{row['floor_over_mock']:.2f}x MockTransport (within 10% of the floor: "
+                     f"{met(row['code_over_floor'] <= 1.1)})")
     rss = res.get("rss", {})
     for suite in RSS_SUITES:
         if suite not in rss:
@@ -471,9 +550,10 @@ def print_report(res: dict[str, Any]) -> None:
     print("| suite | decisions per test | CPU s per round | median | test-loop CPU s per round | median | wall s per round | median |")
     print("|---|---:|---|---:|---|---:|---|---:|")
     for module, row in res["runs"].items():
-        suite, _, many = module.partition("_d")
+        plain, at, cached = module.partition("@")
+        suite, _, many = plain.partition("_d")
         decisions = many if many.isdigit() else "1"
-        suite = module if not many.isdigit() else suite
+        suite = (plain if not many.isdigit() else suite) + at + cached
         cells = " | ".join(f"{' / '.join(f'{x:.2f}' for x in row[f'{unit}_s'])} | {row[f'median_{unit}_s']:.2f}" for unit in UNITS)
         print(f"| {LABELS[suite]} | {decisions} | {cells} |")
     print()
@@ -492,7 +572,9 @@ def print_report(res: dict[str, Any]) -> None:
     if parts:
         print(f"parts of one decision, in process (CPU µs, best of 5 over {parts['decisions']} recorded decisions): "
               f"reading its interaction {parts['read']:.0f} (YAML {parts['yaml']:.0f}); spec check, both specs "
-              f"{parts['check_both']:.0f}, its claimed spec alone {parts['check_claimed']:.0f}")
+              f"{parts['check_both']:.0f}, its claimed spec alone {parts['check_claimed']:.0f}; with the derived "
+              f"cache: reading it in a first run (written) {parts['read_first']:.0f}, in a later run (read back) "
+              f"{parts['read_warm']:.0f}, its spec check then {parts['check_warm']:.0f}")
         print()
     for line in res["verdicts"]:
         print("- " + line)
@@ -534,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         res.update(measure(project, args.rounds))
         res["ratios"] = ratios(res)
         res["decision_parts_us"] = decision_parts(project)
+        res["floors"] = floors(res)
         if not args.skip_rss:
             rss: dict[str, Any] = {"tests": args.rss_tests}
             for suite in RSS_SUITES:
