@@ -3,10 +3,11 @@
 Parsing a cassette's YAML, then scrubbing and indexing its interactions, costs more than playing
 them. Under the plugin, with pytest's cache directory (``config.cache``; none under
 ``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``,
-content-addressed: an entry's name is the SHA-256 of the file's bytes, the kit's code (its version
-and the source of the modules that derive the result, so an edit of the kit in place counts too),
-the Python version and, for the scrubbed interactions, the scrubbing configuration. An edited
-cassette, another configuration or another kit never reads a stale entry.
+content-addressed: an entry's name is the SHA-256 of the file's bytes, the kit's code (the source
+of the modules that derive and judge it, so a new version or an edit in place counts), the Python
+version and, for the scrubbed interactions, the scrubbing configuration and what layers above add
+(`Extra`: the specs' text, for their verdicts). An edited cassette or spec, another configuration
+or another kit never reads a stale entry.
 
 An entry is written to a temporary file and moved into place (``os.replace``): readers, and
 pytest-xdist workers writing the same entry, never see half of one. An entry that cannot be read
@@ -75,13 +76,13 @@ def extras() -> tuple[Extra, ...]:
 
 
 def _code() -> bytes:
-    """The kit's version and the source of the modules whose output is cached, hashed once per process."""
+    """The source of the modules whose output is cached (and of those judging it), hashed once per process."""
     global _code_digest
     code = _code_digest
     if code is None:
         root = Path(__file__).resolve().parent.parent
         digest = hashlib.sha256(f"{sys.version_info[:2]} {marshal.version}".encode())
-        for package in ("cassettes", "wire", "intercept"):
+        for package in ("cassettes", "wire", "intercept", "specs", "route"):
             for source in sorted((root / package).glob("*.py")):
                 digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
         code = _code_digest = digest.digest()
