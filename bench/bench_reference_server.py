@@ -51,10 +51,10 @@ The floor (c1 cells): laya's own in-process ``laya.load(dir).predict`` of the sa
 at a time, in a third process (``--floor-worker``) started as the reference server starts
 (its OpenMP spin cap and malloc settings), on one torch thread and on every core of the
 server's budget, the faster of the two (the server chooses between the same two from measured
-times). The floor of a ``same`` cell (16 clients, one question set): laya's own
-``Agent.predict_batch`` of ``--concurrency`` of the cell's states at once, on one thread and on
-every core, the faster; its requests/s is what the same arithmetic gives with no HTTP and no
-queue. Each is measured in each round after the two servers, once other processes are quiet;
+times). The floor of a ``same`` cell (16 clients, one question set), in requests/s: the better of
+laya's own ``Agent.predict_batch`` of ``--concurrency`` of the cell's states at once on every
+core, and the reference server's engine in process (``LayaEngine``, no HTTP, no queue), its 2
+passes calling it with batches of half as many. Each is measured in each round after the two servers, once other processes are quiet;
 the server's overhead is its p50 minus the floor's (c1), its share of the floor's requests/s
 (same).
 
@@ -80,6 +80,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -578,11 +579,12 @@ class FloorProcess:
         return json.loads(line)
 
     def measure(self, bodies: list[bytes], threads: int, warmup_s: float, duration_s: float,
-                min_requests: int, batch: int = 1) -> dict[str, Any]:
+                min_requests: int, batch: int = 1, engine: int = 0, engine_batch: int = 8) -> dict[str, Any]:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"bodies": [b.decode() for b in bodies], "threads": threads,
                                           "warmup_s": warmup_s, "duration_s": duration_s,
-                                          "min_requests": min_requests, "batch": batch}) + "\n")
+                                          "min_requests": min_requests, "batch": batch, "engine": engine,
+                                          "engine_batch": engine_batch}) + "\n")
         self.proc.stdin.flush()
         reply: dict[str, Any] = self._reply()
         return reply
@@ -606,10 +608,19 @@ def floor_worker(checkpoint: str) -> int:
     import torch
 
     agent = laya.load(checkpoint, device="cpu")
+    engines: list[Any] = []
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         job = json.loads(line)
         decisions = [json.loads(b) for b in job["bodies"]]
+        if job.get("engine"):
+            if not engines:
+                from pytest_laya_reference.engine import LayaEngine
+
+                engines.append(LayaEngine({"tiny": checkpoint}, device="cpu", passes=job["engine"]))
+                engines[0].load()
+            print(json.dumps(engine_floor(engines[0], job, decisions)), flush=True)
+            continue
         torch.set_num_threads(job["threads"])
         latencies: list[float] = []
         started = time.perf_counter()
@@ -638,6 +649,47 @@ def floor_worker(checkpoint: str) -> int:
     return 0
 
 
+def engine_floor(engine: Any, job: dict[str, Any], decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reference server's engine in process, no HTTP: ``job["engine"]`` threads (its passes)
+    each calling ``predict`` with batches of ``job["engine_batch"]`` of the bodies, as its batcher
+    would under that many clients; each request's latency is its batch's."""
+    import itertools
+
+    from pytest_laya_reference.engine import DecisionRequest
+
+    requests = [DecisionRequest(d["state"], d["questions"]) for d in decisions]
+    size = job["engine_batch"]
+    counter = itertools.count()
+    latencies: list[float] = []
+    lock, stop = threading.Lock(), threading.Event()
+    measure_from = time.perf_counter() + job["warmup_s"]
+
+    def caller() -> None:
+        while not stop.is_set():
+            k = next(counter)
+            batch = [requests[(k * size + j) % len(requests)] for j in range(size)]
+            t0 = time.perf_counter()
+            engine.predict("tiny", batch)
+            t1 = time.perf_counter()
+            if t0 >= measure_from and not stop.is_set():
+                with lock:
+                    latencies.extend([(t1 - t0) * 1000.0] * size)
+
+    callers = [threading.Thread(target=caller) for _ in range(job["engine"])]
+    for t in callers:
+        t.start()
+    time.sleep(max(0.0, measure_from - time.perf_counter()))
+    c0, w0 = time.process_time(), time.perf_counter()
+    end, last = w0 + job["duration_s"], w0 + 4 * job["duration_s"]
+    while time.perf_counter() < last and (time.perf_counter() < end or len(latencies) < job["min_requests"]):
+        time.sleep(0.02)
+    stop.set()
+    cpu, seconds = time.process_time() - c0, time.perf_counter() - w0
+    for t in callers:
+        t.join()
+    return {"latencies_ms": list(latencies), "cpu_s": cpu, "seconds": seconds}
+
+
 def floor_threads(cores: int) -> list[int]:
     """The torch threads the floor is measured on: one, and every core of the server's budget
     (the two shapes the reference server chooses between for a lone request)."""
@@ -645,28 +697,47 @@ def floor_threads(cores: int) -> list[int]:
 
 
 def measure_floor(floor: FloorProcess, others: tuple[int, ...], spec: CellSpec, bodies: list[bytes],
-                  args: argparse.Namespace, round_no: int) -> Slice:
-    """The floor of one cell: laya's in-process predict of the same bodies (c1), or its own batch of
-    ``--concurrency`` of them (same), on one thread and on every core: the faster."""
+                  args: argparse.Namespace, round_no: int) -> dict[str, Slice]:
+    """The floors of one cell, by kind. c1: laya's in-process predict of the same bodies on one
+    thread and on every core ("floor": the faster). same: laya's own ``predict_batch`` of
+    ``--concurrency`` states on every core ("floor-batch") and the reference server's engine in
+    process, no HTTP, its 2 passes calling it with batches of ``--concurrency`` / 2
+    ("floor-engine"); "floor": the one with more requests/s."""
     from pytest_laya_reference.cores import auto_cores
 
-    batch = 1 if spec.load == "c1" else args.concurrency
-    best: Slice | None = None
-    for threads in floor_threads(args.ref_threads or auto_cores() or 1):
+    cores = args.ref_threads or auto_cores() or 1
+    if spec.load == "c1":
+        jobs = [(f"floor-{t}t", f"{t} torch thread{'s' if t > 1 else ''}", {"threads": t}) for t in floor_threads(cores)]
+    else:
+        jobs = [("floor-batch", f"laya predict_batch of {args.concurrency}, {cores} threads",
+                 {"threads": cores, "batch": args.concurrency}),
+                ("floor-engine", f"the engine in process, 2 passes x batches of {max(1, args.concurrency // 2)}",
+                 {"threads": cores, "engine": 2, "engine_batch": max(1, args.concurrency // 2)})]
+    out: dict[str, Slice] = {}
+    for kind, what, params in jobs:
         args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
         a, wall = snapshot(floor.pid, others), time.monotonic()
-        reply = floor.measure(bodies, threads, args.warmup, args.duration / args.rounds, args.min_requests, batch)
+        reply = floor.measure(bodies, warmup_s=args.warmup, duration_s=args.duration / args.rounds,
+                              min_requests=args.min_requests, **params)
         b, wall = snapshot(floor.pid, others), time.monotonic() - wall
         sl = Slice(reply["latencies_ms"], {}, reply["seconds"], reply["cpu_s"], foreign_cores(a, b, wall))
         lat = sorted(sl.latencies_ms)
         log(f"  round {round_no} {'floor':<10} {spec.label(args.concurrency):<22} {len(lat) / sl.seconds:7.1f} "
-            f"req/s  p50 {percentile(lat, 50):8.2f} ms  ({threads} torch thread{'s' if threads > 1 else ''})  "
-            f"other processes {sl.foreign_cores:.2f} cores")
-        if best is None or (percentile(lat, 50) < percentile(sorted(best.latencies_ms), 50) if batch == 1
-                            else len(lat) / sl.seconds > len(best.latencies_ms) / best.seconds):
+            f"req/s  p50 {percentile(lat, 50):8.2f} ms  ({what})  other processes {sl.foreign_cores:.2f} cores")
+        out[kind] = sl
+
+    def better(x: Slice, y: Slice) -> bool:
+        if spec.load == "c1":
+            return percentile(sorted(x.latencies_ms), 50) < percentile(sorted(y.latencies_ms), 50)
+        return len(x.latencies_ms) / x.seconds > len(y.latencies_ms) / y.seconds
+
+    best = None
+    for sl in out.values():
+        if best is None or better(sl, best):
             best = sl
     assert best is not None
-    return best
+    out["floor"] = best
+    return out
 
 
 def first_answers(url: str, bodies: list[bytes]) -> list[dict]:
@@ -790,7 +861,8 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                 retried[(name, spec)] = retried.get((name, spec), 0) + n
             if floor is not None and spec.load in ("c1", "same"):
                 pids = tuple(p for _, p in servers.values())
-                raw.setdefault(("floor", spec), []).append(measure_floor(floor, pids, spec, bodies, args, round_no))
+                for kind, sl in measure_floor(floor, pids, spec, bodies, args, round_no).items():
+                    raw.setdefault((kind, spec), []).append(sl)
         for name, (_, pid) in servers.items():
             status = proc_status(pid)
             prev = results["rss_kib"].get(name)
@@ -839,25 +911,28 @@ def print_report(results: dict[str, Any]) -> None:
     floors = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
                if ("floor", label) in by and by[("floor", label)]["load"] == "c1"]
     if floors:
-        print("\n| cell | floor p50 ms (laya in process) | reference p50 ms | reference over the floor | "
+        print("\n| cell | floor p50 ms (laya in process: 1 / 2 threads) | reference p50 ms | reference over the floor | "
               "laya-serve over the floor | other procs, cores |")
         print("|---|---:|---:|---:|---:|---:|")
         for label, fl, ref in floors:
             lay = by.get(("laya-serve", label))
-            print(f"| {label} | {fl['p50_ms']:.2f} | {f(ref, 'p50_ms', '.2f')} "
+            kinds = " / ".join(f(by.get((k, label)), "p50_ms", ".2f") for k in ("floor-1t", "floor-2t"))
+            print(f"| {label} | {fl['p50_ms']:.2f} ({kinds}) | {f(ref, 'p50_ms', '.2f')} "
                   f"| {'-' if ref is None else format(ref['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
                   f"| {'-' if lay is None else format(lay['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
                   f"| {fl['foreign_cores']:.2f} |")
     batches = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
                if ("floor", label) in by and by[("floor", label)]["load"] == "same"]
     if batches:
-        print("\n| cell | floor req/s (laya's predict_batch in process) | reference req/s | reference / floor "
-              "| laya-serve req/s | laya-serve / floor | other procs, cores |")
+        print("\n| cell | floor req/s: laya predict_batch / engine in process | reference req/s | reference / floor "
+              "| laya-serve req/s | 2x laya-serve / floor | other procs, cores |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for label, fl, ref in batches:
             lay = by.get(("laya-serve", label))
-            print(f"| {label} | {fl['rps']:.1f} | {f(ref, 'rps', '.1f')} | {r(ref, fl, 'rps')} "
-                  f"| {f(lay, 'rps', '.1f')} | {r(lay, fl, 'rps')} | {fl['foreign_cores']:.2f} |")
+            kinds = " / ".join(f(by.get((k, label)), "rps", ".1f") for k in ("floor-batch", "floor-engine"))
+            twice = f"{2 * lay['rps'] / fl['rps']:.2f}x" if lay and fl["rps"] else "-"
+            print(f"| {label} | {kinds} | {f(ref, 'rps', '.1f')} | {r(ref, fl, 'rps')} "
+                  f"| {f(lay, 'rps', '.1f')} | {twice} | {fl['foreign_cores']:.2f} |")
     rss = results["rss_kib"]
     print("\npeak RSS (VmHWM, largest over rounds): " + ", ".join(
         f"{name} {v['VmHWM'] / 1024:.0f} MiB" for name, v in rss.items()))
@@ -961,7 +1036,7 @@ def main(argv: list[str] | None = None) -> int:
         if not run_round(round_no, args, checkpoint, ref_args, workload, results, raw, retried):
             return 1
     for spec in plan(args):
-        for name in ("laya-serve", "reference", "floor"):
+        for name in ("laya-serve", "reference", "floor", "floor-1t", "floor-2t", "floor-batch", "floor-engine"):
             if (name, spec) in raw:
                 cell = build_cell(name, spec, args.concurrency, raw[(name, spec)], retried.get((name, spec), 0))
                 results["cells"].append(asdict(cell))

@@ -318,7 +318,7 @@ def overhead(args: argparse.Namespace) -> int:
                     queue, infer = post(bodies[i % len(bodies)])
                     took = (time.perf_counter() - started) * 1000
                     d = decisions[i % len(decisions)]
-                    for threads in choices:
+                    for threads in (choices if i % 2 else choices[::-1]):  # neither always runs first
                         torch.set_num_threads(threads)
                         started = time.perf_counter()
                         agent.predict(d["state"], d["questions"])
