@@ -75,7 +75,7 @@ class ShapeChooser:
     measures and ``record``s the cost. Thread-safe.
     """
 
-    def __init__(self, explore_every: int = 8) -> None:
+    def __init__(self, explore_every: int = 16) -> None:
         if explore_every < 2:
             raise ValueError("explore_every must be at least 2")
         self.explore_every = explore_every
