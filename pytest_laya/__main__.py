@@ -218,13 +218,17 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _say_merged(merged: dict[str, Any], out: str) -> None:
-    from pytest_laya.plugin.summary import claimed_violations
+    from pytest_laya.plugin.run import CASSETTE_COUNTS
+    from pytest_laya.plugin.summary import CASSETTE_WORDS, claimed_violations
 
     unused = merged["unused_cassettes"]
+    counts = merged["cassettes"]
     # Counted as the run's summary counts them: against the spec each server is held to.
     print(f"merged {len(merged['merged_from'])} reports into {out}: {len(merged['tests'])} test records, "
           f"{claimed_violations(merged)} violations, "
           f"{len(merged['stale_cassettes'])} stale cassettes")
+    print("cassettes: " + (", ".join(f"{counts[key]} {CASSETTE_WORDS[key]}" for key in CASSETTE_COUNTS
+                                      if counts.get(key)) or "none used"))
     if unused is None:
         print("unused cassettes: not worked out: " + "; ".join(merged["unused_why"]))
     else:

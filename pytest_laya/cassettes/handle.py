@@ -35,7 +35,8 @@ class CassetteHandle:
     interactions (played) and appends the requests they lack. In record mode the file is written
     when the block ends, unless `discard()` was called or the block raised; in replay nothing is
     written and, with `strict`, a clean exit with unplayed interactions raises `CassetteUnplayed`.
-    `outcome` says what happened: ``"written"``, ``"unchanged"`` (re-recorded identically, file
+    `outcome` says what happened: ``"written"`` (recorded whole), ``"appended"`` (appending: the
+    requests the file lacked were added to it), ``"unchanged"`` (re-recorded identically, file
     untouched; appending, nothing new was recorded), ``"kept"`` (not saved: the old file stays),
     ``"discarded"`` (not saved, and there was no old file), ``"replayed"``, ``"missing"`` (replay
     found no file), or ``None`` while in use.
@@ -196,7 +197,7 @@ class CassetteHandle:
             return "unchanged"
         metadata = self._appended_metadata(old)
         atomic_write(self.path, render_appended(old, [r for r, _ in new], [r for _, r in new], metadata))
-        return "written"
+        return "appended"
 
     def _appended_metadata(self, old: Mapping[str, Any]) -> dict[str, Any]:
         """The old file's metadata, its provenance and date kept (a cassette is as old as its oldest

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_laya.plugin.run import WORKEROUTPUT_KEY, LayaRun
+from pytest_laya.plugin.run import WORKEROUTPUT_KEY, WRITTEN_OUTCOMES, LayaRun
 
 __all__ = ["WATCH", "InterruptWatch", "REPORT_ATTRIBUTE", "watch"]
 
@@ -111,7 +111,7 @@ class InterruptWatch:
             for record in records:
                 if record.get("outcome"):
                     run.count_cassette(record["outcome"])
-            written = [str(r["cassette"]) for r in records if r.get("outcome") == "written" and r.get("cassette")]
+            written = [str(r["cassette"]) for r in records if r.get("outcome") in WRITTEN_OUTCOMES and r.get("cassette")]
             run.note(LOST, f"worker {worker} stopped before sending its totals: counted from its {len(records)} "
                            f"test report(s); it wrote {len(written)} cassette(s)"
                            + "".join(f"\n    {path}" for path in written))

@@ -27,15 +27,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "LayaRun", "WORKEROUTPUT_KEY"]
+__all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "WRITTEN_OUTCOMES", "LayaRun", "WORKEROUTPUT_KEY"]
 
 #: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
-#: with no file; recorded (written); re-recorded with no byte changed; not saved because the test
+#: with no file; recorded whole (written); appended to (--laya-record=new_episodes added the
+#: requests it lacked); re-recorded with no byte changed (appending: nothing new); not saved because the test
 #: failed (kept: the old file stays; discarded: there was none); replay found a file it cannot read
 #: (broken); the write failed (unsaved); fetched from the shared store (--laya-store) into the
 #: local directory, and written to it (--laya-store-write).
-CASSETTE_COUNTS = ("played", "missing", "recorded", "unchanged", "kept", "discarded", "broken", "unsaved", "fetched",
+CASSETTE_COUNTS = ("played", "missing", "recorded", "appended", "unchanged", "kept", "discarded", "broken", "unsaved", "fetched",
                    "stored")
+#: The `CassetteHandle.outcome`s of a cassette file this run wrote: recorded whole, or appended to.
+WRITTEN_OUTCOMES = ("written", "appended")
 
 #: Set on a test's stash once any of its phases failed, and once its call phase ran to its end
 #: (not skipped, not xfailed): only then is what it recorded saved.

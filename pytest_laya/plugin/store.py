@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_laya.plugin.cassette_fixture import cassette_files
-from pytest_laya.plugin.run import LayaRun
+from pytest_laya.plugin.run import WRITTEN_OUTCOMES, LayaRun
 
 __all__ = ["fail_unfetched", "fetch_missing", "store_recorded"]
 
@@ -69,8 +69,8 @@ def fail_unfetched(request: pytest.FixtureRequest, path: Path) -> None:
 
 
 def store_recorded(request: pytest.FixtureRequest, run: LayaRun, path: Path, outcome: str | None) -> None:
-    """With --laya-store-write: write a cassette just recorded (or re-recorded unchanged) to the store."""
-    if run.store is None or not run.store.writable or outcome not in ("written", "unchanged") or not path.is_file():
+    """With --laya-store-write: write a cassette just recorded (or appended to, or re-recorded unchanged) to the store."""
+    if run.store is None or not run.store.writable or outcome not in (*WRITTEN_OUTCOMES, "unchanged") or not path.is_file():
         return
     from pytest_laya.store import StoreError
 

@@ -4,9 +4,9 @@ Figures are drawn by matplotlib and inlined as SVG; the page loads nothing (its
 Content-Security-Policy forbids any fetch), so it can be mailed, attached to a CI run or opened
 offline. Sections: the conformance matrix (servers x specs x rule families), the violations with
 the exchange each was found in, drift as recorded-against-live numbers (verify mode), the
-behaviour the server contract measured (``check``), latency per server, and the cassettes that
-are unused or stale. matplotlib is imported only here, when a page is rendered:
-``pip install 'pytest-laya[report]'``.
+behaviour the server contract measured (``check``), latency per server, and the cassettes: what
+the run wrote (recorded whole, appended to, or left untouched), the unused and the stale ones.
+matplotlib is imported only here, when a page is rendered: ``pip install 'pytest-laya[report]'``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ FAMILIES = (("operations", "operations"), ("headers", "headers"))
 #: The server contract's section of measured behaviour (pytest_laya.suites.server_under_test).
 #: The server contract's section of behaviour figures (its name before the behaviour checks, too).
 MEASURED_SECTIONS = ("behaviour measured", "measured (reported, never failed on)")
+#: A test record's cassette `outcome` when its run recorded, as the Cassettes section says it.
+WRITTEN_WORDS = {"written": "recorded whole", "appended": "appended to (the requests it lacked)",
+                 "unchanged": "untouched (nothing new)"}
 _DRIFT = re.compile(r"body at (?P<where>\S+) \(recorded (?P<recorded>-?[0-9.eE+-]+), now (?P<live>-?[0-9.eE+-]+)")
 _MEASURE = re.compile(r"^(?P<name>[^:]+): (?P<changed>\d+) of (?P<pairs>\d+)\b.*?largest probability (?:change|deviation) "
                       r"(?P<change>[0-9.]+)")
@@ -262,6 +265,12 @@ def _cassettes(report: Mapping[str, Any]) -> str:
     parts = []
     counts = ", ".join(f"{count} {name}" for name, count in (report.get("cassettes") or {}).items() if count)
     parts.append(f"<p>Cassettes: {_esc(counts or 'none used')}.</p>")
+    written = sorted({(str(record["cassette"]), WRITTEN_WORDS[record["outcome"]])
+                      for record in report.get("tests") or []
+                      if record.get("cassette") and record.get("outcome") in WRITTEN_WORDS})
+    if written:
+        parts.append("<p>Recorded by this run:</p><ul>" + "".join(
+            f"<li><code>{_esc(path)}</code> {_esc(what)}</li>" for path, what in written) + "</ul>")
     unused = report.get("unused_cassettes")
     if unused is None:
         why = "; ".join(report.get("unused_why") or []) or "the run was not the whole suite"

@@ -37,7 +37,7 @@ def test_the_cassette_handle_plays_what_it_holds_and_appends_the_rest(tmp_path, 
         assert handle.appends and handle.record
         replayed = _ask(server.url, "one")
         _ask(server.url, "two")
-    assert handle.outcome == "written" and _decisions(server) == 2
+    assert handle.outcome == "appended" and _decisions(server) == 2
     assert replayed.content == first.content
     after = path.read_bytes()
     assert after.startswith(before[:before.index(b"\nmetadata:")]) and KEY not in after.decode()

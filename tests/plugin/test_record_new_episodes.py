@@ -62,7 +62,7 @@ def test_a_new_request_is_recorded_and_appended_and_the_old_interactions_stay_by
     pytester.makepyfile(test_it=TEST_DECIDE + SECOND)
     result = _record(pytester, server, "--laya-record=new_episodes", "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*cassettes: 1 recorded*"])
+    result.stdout.fnmatch_lines(["*cassettes: 1 appended*"])
     after = cassette.read_bytes()
     assert after.startswith(_head(before)) and len(after) > len(before)
     assert _states(cassette) == ["I was charged twice. Refund me.", "The second charge is still there."]
@@ -160,7 +160,7 @@ def test_appending_under_two_xdist_workers_extends_each_cassette_once_and_stores
     pytester.makepyfile(test_it=grown)
     result = _record(pytester, server, "--laya-record=new_episodes", "-n", "2", *WITHOUT_UNUSED_PLUGINS)
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*cassettes: 4 recorded*"])
+    result.stdout.fnmatch_lines(["*cassettes: 4 appended*"])
     for path in files:
         text = path.read_bytes()
         assert text.startswith(_head(before[path.name])) and CANARY not in text.decode()
