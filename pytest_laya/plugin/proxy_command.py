@@ -134,7 +134,7 @@ class _Standalone:
         self.handle = None
         #: The recording's last outcome (`CassetteHandle.outcome`), and how many appended interactions it holds.
         self.outcome: str | None = None
-        self.saved_new = 0
+        self.saved_new = self.tried_new = 0
         #: Why appending was refused (another server's answers), once it was.
         self.refused: str | None = None
         if self.mode.replays or self.replays_cassette:
@@ -199,8 +199,9 @@ class _Standalone:
         assert handle is not None
         if handle.appends:
             new = len(handle.cassette.laya_new_interactions())
-            if new == self.saved_new:
+            if new == self.tried_new:  # played: nothing to write (nor to refuse)
                 return None
+            self.tried_new = new
         handle.set_provenance(server=self.route.server.label, spec=self.check.claimed or "current",
                               identity=recorded_identity(handle, None, None))
         try:
