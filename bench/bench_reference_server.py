@@ -696,13 +696,15 @@ def floor_threads(cores: int) -> list[int]:
     return [1, cores] if cores > 1 else [1]
 
 
-def measure_floor(floor: FloorProcess, others: tuple[int, ...], spec: CellSpec, bodies: list[bytes],
-                  args: argparse.Namespace, round_no: int) -> dict[str, Slice]:
+def measure_floor(floors: tuple[FloorProcess, FloorProcess], others: tuple[int, ...], spec: CellSpec,
+                  bodies: list[bytes], args: argparse.Namespace, round_no: int) -> dict[str, Slice]:
     """The floors of one cell, by kind. c1: laya's in-process predict of the same bodies on one
     thread and on every core ("floor": the faster). same: laya's own ``predict_batch`` of
     ``--concurrency`` states on every core ("floor-batch") and the reference server's engine in
     process, no HTTP, its 2 passes calling it with batches of ``--concurrency`` / 2
-    ("floor-engine"); "floor": the one with more requests/s."""
+    ("floor-engine"); "floor": the one with more requests/s. The engine runs in the second
+    process: its threads' OpenMP teams would turn the first process's two-thread spinning into
+    sleeps (docs/benchmarks.md, "The figures behind the engine's constants")."""
     from pytest_laya_reference.cores import auto_cores
 
     cores = args.ref_threads or auto_cores() or 1
@@ -715,6 +717,7 @@ def measure_floor(floor: FloorProcess, others: tuple[int, ...], spec: CellSpec, 
                  {"threads": cores, "engine": 2, "engine_batch": max(1, args.concurrency // 2)})]
     out: dict[str, Slice] = {}
     for kind, what, params in jobs:
+        floor = floors[1] if params.get("engine") else floors[0]
         args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
         a, wall = snapshot(floor.pid, others), time.monotonic()
         reply = floor.measure(bodies, warmup_s=args.warmup, duration_s=args.duration / args.rounds,
@@ -828,7 +831,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
     servers: dict[str, tuple[str, int]] = {}  # name -> (url, pid)
     lsrv: LayaServeProcess | None = None
     rsrv: ReferenceProcess | None = None
-    floor: FloorProcess | None = None
+    floors: tuple[FloorProcess, FloorProcess] | None = None
     try:
         if "laya" in wanted:
             extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
@@ -849,7 +852,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                                  "every round before timing")
         names = list(servers)
         if "ref" in wanted and ("c1" in args.loads or "same" in args.loads):
-            floor = FloorProcess(checkpoint)
+            floors = (FloorProcess(checkpoint), FloorProcess(checkpoint))
         for index, spec in enumerate(plan(args)):
             bodies = workload[(spec.tokens, spec.questions, spec.load)]
             order = names if (index + round_no) % 2 else names[::-1]
@@ -859,9 +862,9 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                 sl, n = measure(name, url, pid, others, spec, bodies, args, round_no)
                 raw.setdefault((name, spec), []).append(sl)
                 retried[(name, spec)] = retried.get((name, spec), 0) + n
-            if floor is not None and spec.load in ("c1", "same"):
+            if floors is not None and spec.load in ("c1", "same"):
                 pids = tuple(p for _, p in servers.values())
-                for kind, sl in measure_floor(floor, pids, spec, bodies, args, round_no).items():
+                for kind, sl in measure_floor(floors, pids, spec, bodies, args, round_no).items():
                     raw.setdefault((kind, spec), []).append(sl)
         for name, (_, pid) in servers.items():
             status = proc_status(pid)
@@ -870,8 +873,8 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                 results["rss_kib"][name] = status
         return True
     finally:
-        if floor is not None:
-            floor.close()
+        for one in floors or ():
+            one.close()
         if rsrv is not None:
             rsrv.__exit__()
         if lsrv is not None:
