@@ -28,6 +28,7 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
     .venv/bin/python bench/profile_reference_server.py packing
     .venv/bin/python bench/profile_reference_server.py spin --counts 1000,3000,10000,30000
+    .venv/bin/python bench/profile_reference_server.py http --sizes 64,2048 --questions 1,4,12
 
 ``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
 passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
@@ -37,6 +38,11 @@ batches of 8 and 16 requests, one question set or 8.
 per ``GOMP_SPINCOUNT``, taking turns slice by slice: p50 per spin count of a lone row on two
 threads (512 and 2,048 tokens), four rows in one pass on two threads, and a row on one thread
 (which spinning does not touch). Run it under ``chrt -f 10`` (root) to see a machine to itself.
+
+``http``: the server's way around inference: a server process set up as the reference server
+(its app, heap and OpenMP settings, the real engine loaded) whose engine answers each body from
+the real engine's first answer to it, so a request costs HTTP, parsing, validation, the two
+thread hand-offs and the response, and no forward pass: one client's p50 per cell.
 
 ``openmp``: in process, voluntary context switches per ``predict`` of one row on two torch
 threads with one OpenMP team in the process, then once a second living thread has run a
@@ -491,6 +497,72 @@ def spin(args: argparse.Namespace) -> int:
     return 0
 
 
+def http(args: argparse.Namespace) -> int:
+    """One client against a server whose engine replays the real engine's answers."""
+    counter = bench.TokenCounter(CHECKPOINT)
+    proc = subprocess.Popen([bench.PY, __file__, "_replay_server"], stdout=subprocess.PIPE, text=True,
+                            env=bench.clean_env(), cwd=str(bench.ROOT))
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            print("the replaying server did not start", file=sys.stderr)
+            return 1
+        print(f"one client, answers replayed (no forward pass); load average {os.getloadavg()[0]:.2f}")
+        for tokens in args.sizes:
+            states = bench.sized_states(tokens, counter)
+            for nq in args.questions:
+                bodies = bench.request_bodies(states, nq, 1)
+                asyncio.run(bench._closed_loop(url, bodies, 1, 0.0, 1.0, proc.pid, (), len(bodies)))  # fill it
+                sl = asyncio.run(bench._closed_loop(url, bodies, 1, 0.5, args.seconds, proc.pid, ()))
+                lat = sorted(sl.latencies_ms)
+                print(f"  {tokens}t {nq}q: p50 {bench.percentile(lat, 50):.3f} ms, server CPU "
+                      f"{sl.server_cpu_s * 1000 / max(1, len(lat)):.3f} ms/request ({len(lat)} requests); "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    return 0
+
+
+def replay_server(args: argparse.Namespace) -> int:
+    """`http`'s server: the reference server's app and settings, its engine's answers replayed."""
+    import json
+
+    from pytest_laya_reference.app import create_app
+    from pytest_laya_reference.cores import bound_openmp_spinning
+    from pytest_laya_reference.engine import DecisionRequest, DecisionResult, LayaEngine
+    from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
+    from pytest_laya_reference.serving import ServerThread
+    from pytest_laya_reference.settings import ServerSettings
+
+    cap_malloc_arenas()
+    keep_freed_heap()
+    bound_openmp_spinning()
+    real = LayaEngine({"tiny": CHECKPOINT}, device="cpu", passes=2)
+
+    class Replaying:
+        answers: dict[str, DecisionResult] = {}
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def predict(self, model: str, requests: list[DecisionRequest]) -> list[DecisionResult]:
+            keys = [json.dumps([r.state, r.questions], sort_keys=True) for r in requests]
+            missing = [(k, r) for k, r in zip(keys, requests) if k not in self.answers]
+            if missing:
+                for (k, _), result in zip(missing, real.predict(model, [r for _, r in missing])):
+                    self.answers[k] = result
+            return [self.answers[k] for k in keys]
+
+    real.load()
+    app = create_app(Replaying(), ServerSettings(max_concurrent=32))  # type: ignore[arg-type]
+    with ServerThread(app) as server:
+        print(server.url, flush=True)
+        while True:
+            time.sleep(3600)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -528,13 +600,18 @@ def main() -> int:
     n.add_argument("--counts", type=bench.csv_ints, default=[1000, 3000, 10000, 30000])
     n.add_argument("--rounds", type=int, default=3, help="turns per spin count and cell")
     n.add_argument("--seconds", type=float, default=1.5, help="measured seconds per turn")
+    h = sub.add_parser("http", help="the server's HTTP path with answers replayed: one client's p50")
+    h.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
+    h.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    h.add_argument("--seconds", type=float, default=3.0)
+    sub.add_parser("_replay_server")
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
     for action in e._actions[1:]:
         o._add_action(action)
     args = p.parse_args()
     return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
-            "spin": spin, "_side": one_side}[args.probe](args)
+            "spin": spin, "http": http, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":
