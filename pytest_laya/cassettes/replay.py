@@ -16,6 +16,7 @@ replacement) is not cached and not served here: those hooks are handed vcrpy's o
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -261,7 +262,9 @@ class ReplayCassette:
         self._index = loaded.index if loaded is not None else {}
         self.play_counts = [0] * len(self.data)
         self._lock = threading.RLock()
-        self._filtered = FilteredOnce(self.filter_request)
+        # The filter's own arguments, not a bound method: the cassette would hold itself in a cycle,
+        # left for the garbage collector rather than freed with the test.
+        self._filtered = FilteredOnce(functools.partial(_filtered, ignored=ignored, scrubber=scrubber))
 
     def __len__(self) -> int:
         return len(self.data)

@@ -123,6 +123,16 @@ class TestRoute:
                 if primary:
                     del request.node.stash[ROUTE]
                 request.node.stash[OPEN_ROUTES].remove(route)
+                route._release()
+
+    def _release(self) -> None:
+        """Drop the spec check's links back to the route (route -> check -> route, and through its
+        LayaRoute's observer), so the closed route, its cassette and its exchanges are freed at
+        once rather than by the garbage collector, whose collections over the session's objects
+        a replay of many short tests otherwise pays for."""
+        if self.laya is not None:
+            self.laya.observer = None
+        self.check = None
 
     @classmethod
     def open(cls, request: pytest.FixtureRequest, run: LayaRun, given: ServerHandle | None = None, *,
