@@ -5,10 +5,9 @@ threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread
 free; a pass flagged ``alone`` takes them all. A request alone on an idle server runs instead
 in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``). Every pass
 on more than one thread runs on one thread (``laya-wide``), one at a time, so libgomp manages at
-most ``cores`` threads and keeps
-spinning between parallel regions; ``bound_openmp_spinning`` caps that spinning. Why, with the
-figures: docs/reference-server.md ("Inference") and docs/benchmarks.md ("The figures behind the
-engine's constants").
+most ``cores`` threads and keeps spinning between parallel regions; ``bound_openmp_spinning``
+caps that spinning. Why, with the figures: docs/reference-server.md ("Inference") and
+docs/benchmarks.md ("The figures behind the engine's constants").
 
 Heavy imports: torch, inside a pass only.
 """
