@@ -91,8 +91,12 @@ def direct_client(url: str) -> httpx.Client:
 def _proxy_environment() -> tuple[tuple[bytes, bytes], ...]:
     """All of the environment urllib's ``getproxies_environment()`` reads on Linux: the ``*_proxy``
     variables (any case) and whether ``REQUEST_METHOD`` is set (a CGI script ignores HTTP_PROXY)."""
-    found = tuple((name, value) for name, value in os.environb.items() if name[-6:].lower() == b"_proxy")
-    return (*found, (b"REQUEST_METHOD", b"set" if b"REQUEST_METHOD" in os.environb else b""))
+    # CPython keeps the variables as bytes in a plain dict under both mappings: read it directly,
+    # not through the mapping's per-item decoding (most of what this read cost, per client).
+    data = getattr(os.environb, "_data", None)
+    variables = data if isinstance(data, dict) else os.environb
+    found = tuple((name, value) for name, value in variables.items() if name[-6:].lower() == b"_proxy")
+    return (*found, (b"REQUEST_METHOD", b"set" if b"REQUEST_METHOD" in variables else b""))
 
 
 @functools.lru_cache(maxsize=32)

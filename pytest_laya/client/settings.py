@@ -85,12 +85,20 @@ def base_url(url: object, source: str) -> str:
     return _check_url(url, source)
 
 
+#: Base URLs already found usable: a client built per test (`laya_client`) checks its URL once.
+_GOOD_URLS: set[str] = set()
+_GOOD_URLS_MAX = 256
+
+
 def _check_url(url: object, source: str) -> str:
     url = RedactedUrl.wrap(url)  # no frame shows a password in it
     example = "an http(s) URL such as http://127.0.0.1:8000"
     if not isinstance(url, str):
         raise LayaConfigError(f"{source} must be {example}, got a {type(url).__name__}", code="bad_setting")
-    problem = _url_problem(url)
+    plain = url + ""  # the str itself, not the wrapper
+    problem = None if plain in _GOOD_URLS else _url_problem(url)
+    if problem is None and "@" not in plain and len(_GOOD_URLS) < _GOOD_URLS_MAX:
+        _GOOD_URLS.add(plain)  # no password in it (no "@"), and a base URL has no query to hold a secret
     if problem is not None:
         raise LayaConfigError(f"{source} must be {example}, got {redact_url(url)!r}" + (f": {problem}" if problem else ""),
                               code="bad_setting")
