@@ -59,6 +59,21 @@ _pytest.pytester.SysModulesSnapshot = _SysModulesSnapshotKeepingTorch
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture(autouse=True)
+def _pytester_projects_write_no_bytecode(request):
+    """A test may rewrite a pytester project's module between two runs, within one second and at
+    the same size, which a cached .pyc (checked by the source's mtime in seconds and its size)
+    would not notice: a pytester test's runs, in process or not, write no bytecode (they still
+    read the kit's, which the workers wrote)."""
+    if "pytester" not in request.fixturenames:
+        yield
+        return
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    yield
+
+
 @pytest.fixture
 def proxy_from(monkeypatch):
     """Sets HTTP_PROXY to the URL given, every other proxy variable (either case) unset: a
