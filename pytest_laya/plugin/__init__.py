@@ -344,7 +344,7 @@ def _empty_vcr_config() -> types.ModuleType:
 
 
 @pytest.fixture
-def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun, laya_vcr_config: dict[str, Any]) -> Iterator[LayaServer]:
+def laya_server(request: pytest.FixtureRequest, laya_run: LayaRun) -> Iterator[LayaServer]:
     """The test's one Laya handle (`LayaServer`): `url`, `kind`, `spec`, `health()`, `identity()`,
     and `calls` in every mode; on the fake, `decide()`, `fail()`, `timeout()` and `delay()`.
 

@@ -5,6 +5,7 @@ answers other mock libraries give; and the test's cassette settings (`laya_vcr_c
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ def vcr_config(request: pytest.FixtureRequest) -> CassetteConfig:
     """The test's `laya_vcr_config` (or pytest-recording's ``vcr_config``), read and checked."""
     from pytest_laya.cassettes.config import CassetteConfig
 
+    if _only_defaults(request):
+        return _empty_config()
     value = request.getfixturevalue("laya_vcr_config")
     lenient = isinstance(value, FromVcrConfig)
     try:
@@ -32,6 +35,35 @@ def vcr_config(request: pytest.FixtureRequest) -> CassetteConfig:
                                            lenient=lenient)
     except ValueError as exc:
         raise pytest.UsageError(f"{request.node.nodeid}: {exc}") from None
+
+
+#: Whether the tests under a node (a module, a class) see only the default `laya_vcr_config` and ``vcr_config``.
+_DEFAULTS = pytest.StashKey[bool]()
+#: The modules whose fixtures give ``{}``: this plugin's and pytest-recording's ``vcr_config``, this `laya_vcr_config`.
+_DEFAULT_MODULES = {"laya_vcr_config": ("pytest_laya.plugin",), "vcr_config": ("pytest_laya.plugin", "pytest_recording.plugin")}
+
+
+def _only_defaults(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's settings are the defaults' ``{}`` (no project overrides either fixture, and
+    the test does not ask for one): then they are known without running two function fixtures per test."""
+    if "laya_vcr_config" in request.fixturenames or "vcr_config" in request.fixturenames:
+        return False
+    node = request.node.parent or request.node  # fixtures are visible per module and class, never per function
+    known = node.stash.get(_DEFAULTS, None)
+    if known is None:
+        manager = request.node.session._fixturemanager
+        defs = {name: manager.getfixturedefs(name, request.node) for name in _DEFAULT_MODULES}
+        known = node.stash[_DEFAULTS] = all(
+            bool(found) and getattr(found[-1].func, "__module__", None) in _DEFAULT_MODULES[name]
+            for name, found in defs.items())
+    return bool(known)
+
+
+@functools.cache
+def _empty_config() -> CassetteConfig:
+    from pytest_laya.cassettes.config import CassetteConfig
+
+    return CassetteConfig.from_mapping(FromVcrConfig(), where="vcr_config", lenient=True)
 
 
 class FromVcrConfig(dict[str, Any]):

@@ -76,3 +76,46 @@ def test_decide(watched, laya_url):
     result = run(pytester)
     result.assert_outcomes(passed=1)
     assert "still alive" not in result.stdout.str()
+
+
+def test_laya_server_runs_no_settings_fixture_while_the_project_overrides_none(pytester):
+    pytester.makepyfile(test_it="""
+def test_server(laya_server):
+    pass
+""")
+    assert not {"laya_vcr_config", "vcr_config"} & set(_function_fixtures(pytester, "test_server"))
+
+
+@pytest.mark.parametrize("override", ["laya_vcr_config", "vcr_config"])
+def test_an_override_in_a_module_or_a_class_applies_there_and_only_there(pytester, override):
+    pytester.makepyfile(test_plain="""
+def test_plain(laya_url):
+    pass
+""", test_module=f"""
+import pytest
+
+@pytest.fixture
+def {override}():
+    return {{"filter_headers": 5}}
+
+def test_in_module(laya_url):
+    pass
+""", test_class=f"""
+import pytest
+
+class TestIt:
+    @pytest.fixture
+    def {override}(self):
+        return {{"filter_headers": 5}}
+
+    def test_in_class(self, laya_url):
+        pass
+
+def test_beside_the_class(laya_url):
+    pass
+""")
+    result = run(pytester, "test_plain.py", "test_class.py", "test_module.py", "-v")
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines_random(["*test_plain PASSED*", "*test_beside_the_class PASSED*",
+                                        "*test_in_class ERROR*", "*test_in_module ERROR*",
+                                        f"*{override}: filter_headers must be a list*"])
