@@ -38,7 +38,7 @@ from pytest_laya.plugin.switch import routed, vcr_config
 from pytest_laya.plugin.verify_mode import verify_route
 from pytest_laya.route.changes import CHANGED_SECTION, changed_answers, shown_path
 from pytest_laya.route.modes import RecordMode, RouteKind
-from pytest_laya.route.provenance import set_recorded_provenance
+from pytest_laya.route.provenance import serving_now, set_recorded_provenance
 from pytest_laya.route.spec_check import SpecCheck
 from pytest_laya.wire.spec_name import SpecName
 
@@ -192,6 +192,9 @@ class TestRoute:
             handle: CassetteHandle = laya_vcr(record=record, cassette_dir=None, api_key=run.api_key,
                                               strict=strict, record_hint=_record_hint(run.url),
                                               config=config).open(self.cassette_path)
+            if handle.appends:  # before any recorded answer plays under this server's claim
+                chosen = run.spec_document.value if run.spec_document is not None else None
+                handle.refuse_another_server(serving_now(self.server, run.health_of(self.server), chosen))
             return handle
         except Exception:
             if self.kind.replays:  # a broken file: counted, so the summary does not say "none used"

@@ -14,7 +14,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["set_recorded_provenance"]
+__all__ = ["serving_now", "set_recorded_provenance"]
+
+
+def serving_now(server: ServerHandle, health: Health | None, chosen: str | None) -> dict[str, Any]:
+    """What is known, before any request, of the server a recording will name: the spec it is
+    held to (`chosen`, the run's --laya-spec; else the spec its handle names; else what its
+    `health` claims) and the weights its /health names. A field nothing says is left out."""
+    from pytest_laya.wire.spec_name import SpecName
+
+    known = SpecName.document(server.spec)
+    spec = chosen or (known.value if known is not None else None) or (health.spec if health else None)
+    identity = health.identity_for(getattr(server, "model", None)) if health is not None else None
+    return {name: value for name, value in (("spec", spec), ("identity", identity)) if value is not None}
 
 
 def set_recorded_provenance(handle: CassetteHandle, server: ServerHandle, health: Health | None,

@@ -79,3 +79,22 @@ def test_a_bool_still_chooses_replay_or_a_whole_recording(tmp_path):
     assert laya_vcr(record=True, cassette_dir=tmp_path, api_key=None).laya_record_mode is RecordMode.ALL
     assert laya_vcr(record="new_episodes", cassette_dir=tmp_path, api_key=None).get_merged_config(
         path="x")["record_mode"].value == "new_episodes"
+
+
+def test_the_same_weights_learnt_another_way_are_the_same_server_and_other_weights_are_not(tmp_path, server):
+    """A recording names the weights from the response's served_by; a test opening it later knows
+    them from /health (fewer fields, another `source`). Those are one server; another revision is not."""
+    from pytest_laya.cassettes import CassetteError
+    from pytest_laya.wire.identity import ServedIdentity
+
+    path = tmp_path / "t.yaml"
+    with use_cassette(path, record=True, api_key=KEY) as handle:
+        _ask(server.url, "one")
+        handle.set_provenance(spec="target", identity=ServedIdentity("tiny", "sha256:1", "cpu", "float32", False))
+    with use_cassette(path, record=RecordMode.NEW_EPISODES, api_key=KEY) as handle:
+        handle.refuse_another_server({"spec": "target", "identity": ServedIdentity("tiny", "sha256:1", source="health")})
+        handle.refuse_another_server({"identity": None, "spec": None})  # nothing known: nothing to refuse
+        with pytest.raises(CassetteError, match=r"another server \(identity .*sha256:1.* then, .*sha256:2.* now\)"):
+            handle.refuse_another_server({"identity": ServedIdentity("tiny", "sha256:2", source="health")})
+        with pytest.raises(CassetteError, match="spec target then, current now"):
+            handle.refuse_another_server({"spec": "current"})

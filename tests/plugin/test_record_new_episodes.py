@@ -144,10 +144,31 @@ def test_appending_answers_of_another_server_is_refused_and_nothing_is_written(p
     pytester.makepyfile(test_it=TEST_DECIDE + SECOND)
     with FakeLayaServer(model="two") as other:
         result = run(pytester, "--laya-record=new_episodes", f"--laya-url={other.url}")
-    result.assert_outcomes(passed=1, errors=1)
+    result.assert_outcomes(errors=1)  # refused when the test opens its cassette: nothing played, nothing sent
     result.stdout.fnmatch_lines(["*could not append to cassette*recorded from another server (identity*one*two*"
                                  "Record it again as a whole with --laya-record*"])
     assert cassette.read_bytes() == before
+    assert _decisions(other) == []
+
+
+def test_a_cassette_of_another_spec_is_refused_before_its_answers_play_under_the_new_claim(pytester):
+    """Recorded from a server that claims no spec (held to current), appended against one whose
+    /health claims the target: the recorded answers must not be judged as the new server's, so the
+    test is refused at its start with the cassette's reason, not failed with target violations."""
+    pytester.makepyfile(test_it=TEST_DECIDE)
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as first:
+        run(pytester, "--laya-record", f"--laya-url={first.url}").assert_outcomes(passed=1)
+    cassette = pytester.path / CASSETTE
+    before = cassette.read_bytes()
+    pytester.makepyfile(test_it=TEST_DECIDE + SECOND)
+    with FakeLayaServer(flavor="target") as other:
+        result = run(pytester, "--laya-record=new_episodes", f"--laya-url={other.url}")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*could not append to cassette*recorded from another server*spec current then, "
+                                 "target now*Record it again as a whole with --laya-record*"])
+    result.stdout.no_fnmatch_line("*breaks the target spec*")
+    assert cassette.read_bytes() == before
+    assert _decisions(other) == []
 
 
 def test_appending_under_two_xdist_workers_extends_each_cassette_once_and_stores_no_secret(pytester, server):
