@@ -198,3 +198,20 @@ def test_every_client_follows_the_proxy_environment_of_its_moment_as_httpx_does(
             seen.append(_mounts(client._http))
             expected.close()
     assert seen[0] != seen[1] != seen[2] != seen[3]
+
+
+def test_a_plain_http_client_loads_no_ca_bundle_and_its_proxies_trust_what_httpx_would(proxy_from, monkeypatch):
+    """The CA bundle (~35 ms) is loaded only for what may speak TLS: an https URL, or a proxy."""
+    import pytest_laya.client.base as base
+
+    def no_bundle() -> None:
+        raise AssertionError("a plain-http client loaded the CA bundle")
+
+    monkeypatch.setattr(base, "ssl_context", no_bundle)
+    with ServedLayaClient("http://laya.invalid:8080") as client:
+        assert not client._http._transport._pool._ssl_context.get_ca_certs()
+    monkeypatch.setattr(base, "ssl_context", ssl_context)
+    proxy_from("https://proxy.invalid:3128")
+    with ServedLayaClient("http://laya.invalid:8080") as client:
+        proxied = [transport for transport in client._http._mounts.values() if transport is not None]
+        assert proxied and all(transport._pool._ssl_context is ssl_context() for transport in proxied)
