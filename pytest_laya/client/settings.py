@@ -7,6 +7,7 @@ when the client is built rather than on its first call.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping
@@ -155,12 +156,13 @@ class ClientSettings:
         key = f", api_key={MASK}" if self.api_key else ""
         return f"ClientSettings(url={redact_url(self.url)!r}, model={self.model!r}{key}, timeout_s={self.timeout_s:g})"
 
-    @property
+    # Worked out once: a client reads both on every request (the settings are frozen).
+    @functools.cached_property
     def request_url(self) -> str:
         """`url` without its user:password part, which the client sends as an Authorization header."""
         return strip_userinfo(self.url)
 
-    @property
+    @functools.cached_property
     def shown_url(self) -> str:
         """`url` as every message, provenance and exchange shows it (`redact_url`)."""
         return redact_url(self.url)
