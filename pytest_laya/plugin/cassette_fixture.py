@@ -21,9 +21,11 @@ import pytest
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX, cassette_relpath, confined
 from pytest_laya.plugin.markers import marker_options
 from pytest_laya.plugin.run import LayaRun
+from pytest_laya.route.modes import RecordMode
 
 __all__ = ["broken_cassette", "cassette_file", "cassette_files", "cassette_location", "claim_cassette",
-           "find_shared_cassettes", "pytest_recording_clash", "replays_recorded", "cassette_of", "uses_a_cassette"]
+           "find_shared_cassettes", "plays_recorded", "pytest_recording_clash", "recording_into", "replays_recorded",
+           "cassette_of", "uses_a_cassette"]
 
 #: Test node id -> (the cassette file, every collected test that would use it, in collection order, and
 #: why they meet: "marker" (cassette=), "name" (their names), "case" (names that differ only in case)),
@@ -82,8 +84,21 @@ def broken_cassette(path: Path) -> str | None:
 def replays_recorded(run: LayaRun, path: Path) -> bool:
     """Whether a record-mode test replays its cassette at `path` instead (--laya-record=missing and
     a readable file; a broken one is recorded again)."""
-    return (run.record_mode is not None and run.record_mode.replays_recorded and path.is_file()
-            and broken_cassette(path) is None)
+    return plays_recorded(run.record_mode, path)
+
+
+def plays_recorded(mode: RecordMode | None, path: Path) -> bool:
+    """Whether recording in `mode` (the plugin's --laya-record, the proxy's --record) replays the
+    cassette at `path` instead: ``missing`` and a readable file."""
+    return mode is not None and mode.replays_recorded and path.is_file() and broken_cassette(path) is None
+
+
+def recording_into(mode: RecordMode | None, path: Path) -> bool | RecordMode:
+    """How a recording in `mode` records into `path` (`laya_vcr`'s ``record``): appending to a
+    readable cassette (`RecordMode.appends`), else replacing it as a whole (a broken one too)."""
+    if mode is not None and mode.appends and path.is_file() and broken_cassette(path) is None:
+        return mode
+    return True
 
 
 def pytest_recording_clash(request: pytest.FixtureRequest, ours: Path) -> None:

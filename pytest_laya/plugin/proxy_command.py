@@ -111,7 +111,7 @@ class _Standalone:
     def __init__(self, options: argparse.Namespace) -> None:
         from pytest_laya.cassettes import laya_vcr
         from pytest_laya.intercept import LayaRoute
-        from pytest_laya.plugin.cassette_fixture import broken_cassette
+        from pytest_laya.plugin.cassette_fixture import broken_cassette, plays_recorded, recording_into
         from pytest_laya.plugin.routes import TestRoute
         from pytest_laya.plugin.run import LayaRun
         from pytest_laya.proxy import CassetteLibrary, RouteTarget, Upstream
@@ -124,8 +124,7 @@ class _Standalone:
         path = directory / f"{options.cassette}.yaml"
         #: How a recording proxy records (None: it does not); a cassette --record=missing finds is replayed.
         self.record_mode: RecordMode | None = options.record if self.mode.records else None
-        self.replays_cassette = self.record_mode is not None and self.record_mode.replays_recorded and \
-            path.is_file() and broken_cassette(path) is None
+        self.replays_cassette = plays_recorded(self.record_mode, path)
         spec = SpecName.document(options.spec)
         self.run = LayaRun(mode=self.mode, url=options.upstream, api_key=None, spec=spec, cassette_dir=directory,
                            strict=False, report=None, checkpoint=None, conformance_mode=options.conformance)
@@ -148,10 +147,10 @@ class _Standalone:
                          f"{held} interactions from {len(self.library.handles)} cassettes under {directory}")
         else:
             record = self.mode.records
-            broken = broken_cassette(path) if record and path.is_file() else None
-            appends = self.record_mode is not None and self.record_mode.appends and path.is_file() and broken is None
-            self.handle = laya_vcr(record=self.record_mode if appends and self.record_mode else True, cassette_dir=None,
-                                   api_key=None, strict=False,
+            record_as = recording_into(self.record_mode, path)
+            appends = record_as is not True
+            broken = broken_cassette(path) if record and not appends and path.is_file() else None
+            self.handle = laya_vcr(record=record_as, cassette_dir=None, api_key=None, strict=False,
                                    record_hint="--mode record").open(path if record else "<capture>")
             if not record:
                 self.handle.discard()

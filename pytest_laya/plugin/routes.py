@@ -26,6 +26,7 @@ from pytest_laya.plugin.cassette_fixture import (
     cassette_of,
     claim_cassette,
     pytest_recording_clash,
+    recording_into,
     replays_recorded,
 )
 from pytest_laya.plugin.caught_errors import SECTION as CAUGHT_SECTION
@@ -37,7 +38,7 @@ from pytest_laya.plugin.store import fail_unfetched, store_recorded
 from pytest_laya.plugin.switch import routed, vcr_config
 from pytest_laya.plugin.verify_mode import verify_route
 from pytest_laya.route.changes import CHANGED_SECTION, changed_answers, shown_path
-from pytest_laya.route.modes import RecordMode, RouteKind
+from pytest_laya.route.modes import RouteKind
 from pytest_laya.route.provenance import serving_now, set_recorded_provenance
 from pytest_laya.route.spec_check import SpecCheck
 from pytest_laya.wire.spec_name import SpecName
@@ -188,7 +189,7 @@ class TestRoute:
             if self.kind.replays and native_config(config):  # the kit's own replay: no vcrpy
                 return open_replay(self.cassette_path, api_key=run.api_key, strict=strict,
                                    record_hint=_record_hint(run.url), config=config)
-            record = _recording(run, self.cassette_path) if self.kind.records else False
+            record = recording_into(run.record_mode, self.cassette_path) if self.kind.records else False
             handle: CassetteHandle = laya_vcr(record=record, cassette_dir=None, api_key=run.api_key,
                                               strict=strict, record_hint=_record_hint(run.url),
                                               config=config).open(self.cassette_path)
@@ -390,15 +391,6 @@ def _live_handle(request: pytest.FixtureRequest, run: LayaRun, wanted: str | Non
         pytest.fail(f"--laya-mode={run.mode} needs --laya-url URL (or LAYA_SERVED_URL), or "
                     f"@pytest.mark.laya(server='reference') on the test", pytrace=False)
     return ServerHandle(url=run.url, kind=ServerKind.LIVE, spec=(run.spec_document or SpecName.AUTO).value, api_key=run.api_key)
-
-
-def _recording(run: LayaRun, path: Path) -> bool | RecordMode:
-    """How a recording route records: appending to a readable cassette (`RecordMode.appends`), else
-    replacing it as a whole (a broken one too, as --laya-record does)."""
-    mode = run.record_mode
-    if mode is not None and mode.appends and broken_cassette(path) is None:
-        return mode
-    return True
 
 
 @functools.lru_cache(maxsize=8)
