@@ -227,6 +227,9 @@ class _Standalone:
             self.upstream.close()
 
     def summary(self, out: TextIO) -> None:
+        from pytest_laya.plugin.run import counted_as
+        from pytest_laya.plugin.summary import CASSETTE_WORDS
+
         run = self.run
         out.write(f"pytest-laya proxy stopped ({self.mode}): {len(self.route.laya.exchanges if self.route.laya else [])}"
                   f" recent exchanges kept; servers: "
@@ -234,8 +237,7 @@ class _Standalone:
         if self.handle is not None and self.mode.records:
             outcome = ("refused: " + self.refused if self.refused else
                        f"{self.saved_new} interaction(s) appended" if self.saved_new else
-                       {"written": "recorded", "unchanged": "re-recorded unchanged"}.get(
-                           self.outcome or "", "nothing new recorded, the file untouched"))
+                       CASSETTE_WORDS.get(counted_as(self.outcome or ""), "nothing new recorded, the file untouched"))
             out.write(f"cassette {self.handle.path}: {outcome}\n")
         for section, lines in run.notes.items():
             out.write(f"{section}:\n")

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "WRITTEN_OUTCOMES", "LayaRun", "WORKEROUTPUT_KEY"]
+__all__ = ["CALLED", "CASSETTE_COUNTS", "FAILED", "WRITTEN_OUTCOMES", "LayaRun", "WORKEROUTPUT_KEY", "counted_as"]
 
 #: What became of the cassettes, in the summary's words: replayed from a file; asked for in replay
 #: with no file; recorded whole (written); appended to (--laya-record=new_episodes added the
@@ -46,6 +46,14 @@ FAILED = pytest.StashKey[bool]()
 CALLED = pytest.StashKey[bool]()
 #: The key of pytest-laya's part of an xdist worker's `workeroutput`.
 WORKEROUTPUT_KEY = "pytest_laya"
+
+
+def counted_as(outcome: str) -> str:
+    """The summary's name (`CASSETTE_COUNTS`) for a cassette's outcome (`CassetteHandle.outcome`)."""
+    return _COUNTED_AS.get(outcome, outcome)
+
+
+_COUNTED_AS = {"replayed": "played", "written": "recorded"}
 
 
 @dataclass
@@ -253,7 +261,7 @@ class LayaRun:
 
     def count_cassette(self, outcome: str) -> None:
         """Count a cassette's outcome (`CassetteHandle.outcome`) under the summary's names."""
-        key = {"replayed": "played", "written": "recorded"}.get(outcome, outcome)
+        key = counted_as(outcome)
         self.cassettes[key] = self.cassettes.get(key, 0) + 1
 
     # -- pytest-xdist
