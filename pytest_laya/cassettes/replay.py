@@ -65,6 +65,24 @@ class _Loaded:
     interactions: tuple[Interaction, ...]
     index: dict[tuple[Any, ...], list[int]]
     learned: tuple[str, ...]  # secrets the scrubber learned from the file (for error messages)
+    #: `index`'s lists again, by each recorded request's exact body bytes (`exact_key`).
+    exact: dict[tuple[Any, ...], list[int]]
+
+
+def exact_key(request: Any) -> tuple[Any, ...]:
+    """Method, path, query and the body's bytes as sent: requests equal in it are equal in
+    `match_key` too (equal bytes have one canonical form), without parsing the body."""
+    return (request.method, request.path or "/", tuple(request.query), body_bytes(request.body))
+
+
+def _exact_index(interactions: Sequence[Interaction],
+                 index: dict[tuple[Any, ...], list[int]]) -> dict[tuple[Any, ...], list[int]]:
+    """Each recorded request's `exact_key`, with the very list of `index` it belongs to."""
+    exact: dict[tuple[Any, ...], list[int]] = {}
+    for places in index.values():
+        for i in places:
+            exact.setdefault(exact_key(interactions[i][0]), places)
+    return exact
 
 
 _CACHE: collections.OrderedDict[tuple[Any, ...], _Loaded] = collections.OrderedDict()
@@ -106,7 +124,8 @@ def _load(path: Path, data: dict[str, Any], api_key: str | None, config: Cassett
     index: dict[tuple[Any, ...], list[int]] = {}
     for i, (request, _) in enumerate(interactions):
         index.setdefault(match_key(request), []).append(i)
-    return _Loaded(data, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)))
+    return _Loaded(data, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)),
+                   _exact_index(interactions, index))
 
 
 def _derived(path: Path, data: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded:
@@ -161,7 +180,7 @@ def _from_plain(data: dict[str, Any], plain: Any) -> _Loaded | None:
             return None
     except (TypeError, ValueError, AttributeError):
         return None
-    return _Loaded(data, tuple(interactions), places, ())
+    return _Loaded(data, tuple(interactions), places, (), _exact_index(interactions, places))
 
 
 def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded | None:
@@ -260,6 +279,11 @@ class ReplayCassette:
         self.rewound = loaded is not None
         self.data: Sequence[Interaction] = loaded.interactions if loaded is not None else ()
         self._index = loaded.index if loaded is not None else {}
+        config = scrubber.config
+        # Requests found by their bytes (`_exact`) when filtering could change nothing matching reads.
+        self._exact = loaded.exact if loaded is not None and not (
+            config.filter_headers or config.filter_query_parameters or config.filter_post_data_parameters) else {}
+        self._exact_last: tuple[Any, list[int] | None] | None = None
         self.play_counts = [0] * len(self.data)
         self._lock = threading.RLock()
         # The filter's own arguments, not a bound method: the cassette would hold itself in a cycle,
@@ -275,21 +299,51 @@ class ReplayCassette:
     def _matches(self, filtered: Any) -> list[int]:
         return self._index.get(match_key(filtered), [])
 
+    def _exact_matches(self, request: Any) -> list[int] | None:
+        """`request`'s matches found by its exact bytes, without filtering it; None when they are
+        not found so (the full way then decides, and words any error).
+
+        Filtering a request changes what matching reads only through a secret (the API key, one
+        learnt from the file or from a credential it carries) or the project's filters, and never
+        for a request to an ignored host it drops: none of them here, the recorded request whose
+        bytes it sends is one `_matches` finds too."""
+        last = self._exact_last
+        if last is not None and last[0] is request:
+            return last[1]
+        found = None
+        if self._exact and not self._scrubber._secrets and "authorization" not in request.headers \
+                and request.host not in self._ignored:
+            found = self._exact.get(exact_key(request))
+        self._exact_last = (request, found)
+        return found
+
+    def _playable(self, request: Any) -> int | None:
+        """The first unplayed match `_exact_matches` finds, or None."""
+        found = self._exact_matches(request)
+        return next((i for i in found if not self.play_counts[i]), None) if found else None
+
     def laya_has_match(self, request: Any) -> bool:
         """Whether any recorded interaction matches `request` (played or not)."""
         with self._lock:
+            if self.rewound and self._exact_matches(request):
+                return True
             return bool(self.rewound and self._matches(self._filtered(request)))
 
     def can_play_response_for(self, request: Any) -> bool:
         with self._lock:
+            if self._playable(request) is not None:
+                return True
             filtered = self._filtered(request)
             check_playable(self, filtered, self._matches(filtered))
             return True
 
     def play_response(self, request: Any) -> Any:
         with self._lock:
-            filtered = self._filtered.taken(request)
-            index = next_to_play(self, filtered, self._matches(filtered))
+            index = self._playable(request)
+            self._exact_last = None
+            if index is None:
+                filtered = self._filtered.taken(request)
+                index = next_to_play(self, filtered, self._matches(filtered))
             self.play_counts[index] += 1
             response = self.data[index][1]
         return echo_ids(response, request)
