@@ -8,7 +8,7 @@ path, this one on the kit's own replay path, which never imports vcrpy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import ParseResult, parse_qsl, urlparse
 
@@ -51,6 +51,9 @@ class Headers(MutableMapping[str, Any]):
     def __repr__(self) -> str:
         return repr(dict(self.items()))
 
+    def items(self) -> ItemsView[str, Any]:
+        return _Items(self)
+
     def copy(self) -> Headers:
         copied = Headers.__new__(Headers)
         copied._store = dict(self._store)
@@ -68,6 +71,15 @@ class Headers(MutableMapping[str, Any]):
         made = cls.__new__(cls)
         made._store = store
         return made
+
+
+class _Items(ItemsView[str, Any]):
+    """`Headers.items()`, iterated from its store (not a lookup per name: every exchange reads them)."""
+
+    _mapping: Headers
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        return iter(list(self._mapping._store.values()))
 
 
 class Request:
