@@ -94,12 +94,13 @@ from pytest_laya.fake import FakeLayaServer  # noqa: E402
 TARGET_VS_RECORDING = 0.5
 TARGET_VS_MOCK = 2.0
 TARGET_RSS_GROWTH_MB = 50.0
-PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first")
-PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first")
+PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first",
+            "laya_client@warm")
+PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first", "laya_client@warm")
 ROUND_ORDER = ("empty", "recording", "laya_own", "mock_httpx", "laya_own@warm", "laya_own@first", "mock_kit",
-               "laya_client")
+               "laya_client", "laya_client@warm")
 PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit", "laya_own@warm": "mock_httpx",
-         "laya_own@first": "mock_httpx"}
+         "laya_own@first": "mock_httpx", "laya_client@warm": "mock_kit"}
 LABELS = {
     "empty": "empty tests (floor)",
     "recording": "pytest-recording, module-level httpx.Client",
@@ -109,6 +110,7 @@ LABELS = {
     "mock_kit": "MockTransport, module-level ServedLayaClient",
     "laya_own@warm": "pytest-laya, own httpx.Client on laya_url (validated), derived cache read (a later run)",
     "laya_own@first": "pytest-laya, own httpx.Client on laya_url (validated), derived cache written (a first run)",
+    "laya_client@warm": "pytest-laya, laya_client (validated), derived cache read (a later run)",
 }
 #: The environment variable the pytest-recording suite reads its (recorded) Laya URL from.
 URL_ENV = "ACME_LAYA_URL"
