@@ -45,8 +45,10 @@ TOKENS_PER_THREAD = 1024
 SPINCOUNT = "10000"
 
 #: Fewest tokens a thread of a lone request's wide pass gets: below that a second thread only
-#: waits at barriers.
-MIN_TOKENS_PER_THREAD = 256
+#: waits at barriers. Four 80-token rows (320 tokens) ran faster on two threads than on one in
+#: laya's own predict (docs/benchmarks.md, the c=1 floor at 64 tokens and 4 questions); one
+#: 80-token row did not.
+MIN_TOKENS_PER_THREAD = 128
 
 
 @dataclass(frozen=True)

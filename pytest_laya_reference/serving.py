@@ -381,7 +381,10 @@ def uvicorn_config(app: Any, settings: ServerSettings) -> Any:
     """The uvicorn configuration both the command line and `ServerThread` run with."""
     import uvicorn
 
+    # proxy_headers off: nothing here reads the client's address, and uvicorn's middleware for
+    # X-Forwarded-For was one more layer on every request.
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", http="h11", ws="none",
+                          proxy_headers=False,
                           timeout_keep_alive=settings.keep_alive_timeout_s)  # type: ignore[arg-type]
 
 

@@ -388,6 +388,8 @@ def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_p
         assert job.shapes([512]) == [Shape(1, 1), Shape(1, 2)]
         assert job.shapes([512] * 4) == [Shape(2, 1), Shape(1, 1), Shape(1, 2)]
         assert job.shapes([80, 80]) == [Shape(2, 1), Shape(1, 1)]
+        # Four short rows feed two threads: laya's own predict ran them faster on two (the floor).
+        assert job.shapes([80] * 4) == [Shape(2, 1), Shape(1, 1), Shape(1, 2)]
 
         for _ in range(3):  # 512 tokens, one row: one thread, two threads, then the faster
             job = pool.lone_job("tiny")
