@@ -75,6 +75,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -236,7 +237,9 @@ class _Conn:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+    async def post(self, head: bytes, body: bytes) -> tuple[int, bytes, float | None]:
+        """Status, body, and the server's own time for it (the durations of its Server-Timing
+        header, the reference server's queue and forward pass; None without one)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -246,11 +249,14 @@ class _Conn:
         status = int(lines[0].split(" ", 2)[1])
         length = None
         close = False
+        server_ms = None
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
             if name == "content-length":
                 length = int(value.strip())
+            elif name == "server-timing":
+                server_ms = sum(float(d) for d in re.findall(r"dur=([0-9.]+)", value))
             elif name == "connection" and value.strip().lower() == "close":
                 close = True
         if length is None:
@@ -258,7 +264,7 @@ class _Conn:
         data = await self.reader.readexactly(length)
         if close:
             await self.close()
-        return status, data
+        return status, data, server_ms
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -344,6 +350,7 @@ class Slice:
     seconds: float
     server_cpu_s: float
     foreign_cores: float
+    around_ms: list[float] = field(default_factory=list)  # latency minus the server's own queue + pass
 
 
 async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s: float,
@@ -356,6 +363,7 @@ async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s
     loop = asyncio.get_running_loop()
     measure_from = loop.time() + warmup_s
     latencies: list[float] = []
+    around: list[float] = []
     errors: dict[str, int] = {}
     window: dict[str, Any] = {"measuring": False, "stopped": False}
 
@@ -381,8 +389,9 @@ async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s
                 t0 = loop.time()
                 j = i % len(bodies)
                 i += 1
+                server_ms = None
                 try:
-                    status, data = await conn.post(heads[j], bodies[j])
+                    status, data, server_ms = await conn.post(heads[j], bodies[j])
                     kind = None if status == 200 and b'"answers"' in data else f"HTTP {status}"
                 except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as exc:
                     await conn.close()
@@ -390,6 +399,8 @@ async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s
                 if window["measuring"]:  # answered inside the window
                     if kind is None:
                         latencies.append((loop.time() - t0) * 1000.0)
+                        if server_ms is not None:
+                            around.append(latencies[-1] - server_ms)
                     else:
                         errors[kind] = errors.get(kind, 0) + 1
                 elif kind is not None and not window["stopped"]:
@@ -399,7 +410,7 @@ async def _closed_loop(url: str, bodies: list[bytes], concurrency: int, warmup_s
 
     await asyncio.gather(clock(), *(client(k) for k in range(concurrency)))
     a, b = window["from"], window["to"]
-    return Slice(latencies, errors, window["seconds"], b[0] - a[0], foreign_cores(a, b, window["seconds"]))
+    return Slice(latencies, errors, window["seconds"], b[0] - a[0], foreign_cores(a, b, window["seconds"]), around)
 
 
 # ------------------------------------------------------------------------------ results
@@ -424,6 +435,7 @@ class Cell:
     round_cpu_ms_per_request: list = field(default_factory=list)
     foreign_cores: float = 0.0        # worst slice: CPU other processes used, in cores
     retried_slices: int = 0
+    around_p50_ms: float | None = None  # p50 of latency minus the server's queue + forward pass (its Server-Timing)
 
 
 def build_cell(server: str, spec: CellSpec, concurrency: int, slices: list[Slice], retried: int) -> Cell:
@@ -449,6 +461,8 @@ def build_cell(server: str, spec: CellSpec, concurrency: int, slices: list[Slice
                                if cell.round_cpu_ms_per_request else float("nan"))
     cell.foreign_cores = max(sl.foreign_cores for sl in slices)
     cell.retried_slices = retried
+    around = sorted(x for sl in slices for x in sl.around_ms)
+    cell.around_p50_ms = percentile(around, 50) if around else None
     return cell
 
 
@@ -915,13 +929,14 @@ def print_report(results: dict[str, Any]) -> None:
                if ("floor", label) in by and by[("floor", label)]["load"] == "c1"]
     if floors:
         print("\n| cell | floor p50 ms (laya in process: 1 / 2 threads) | reference p50 ms | reference over the floor | "
-              "laya-serve over the floor | other procs, cores |")
-        print("|---|---:|---:|---:|---:|---:|")
+              "reference around its pass | laya-serve over the floor | other procs, cores |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for label, fl, ref in floors:
             lay = by.get(("laya-serve", label))
             kinds = " / ".join(f(by.get((k, label)), "p50_ms", ".2f") for k in ("floor-1t", "floor-2t"))
             print(f"| {label} | {fl['p50_ms']:.2f} ({kinds}) | {f(ref, 'p50_ms', '.2f')} "
                   f"| {'-' if ref is None else format(ref['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
+                  f"| {'-' if ref is None or ref.get('around_p50_ms') is None else format(ref['around_p50_ms'], '.2f')} ms "
                   f"| {'-' if lay is None else format(lay['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
                   f"| {fl['foreign_cores']:.2f} |")
     batches = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
