@@ -415,7 +415,7 @@ class Check:
             self.fail(what)
         self.conforms()  # a response that breaks the current spec fails, gap or not
         self._note(BEHAVIOUR_GAPS_SECTION, f"{self.name}: {what}")
-        pytest.xfail(f"target gap: {what}")
+        raise pytest.xfail.Exception(f"target gap: {what}", pytrace=False)  # a traceback no report shows costs ~0.1 s
 
     def expect(self, exchange: Exchange, status: int, what: str, *, code: str | None = None,
                today: tuple[int, ...] = ()) -> Any:
