@@ -98,6 +98,32 @@ def laya_serves(request, tmp_path_factory):
     serves.close()
 
 
+#: The slowest tests (10 s and more in CI's --durations), longest first. They run first: under
+#: --dist worksteal an idle worker takes tests only from the end of another's queue, never the
+#: one it is running, so one of these starting in the last minute kept a single worker busy while
+#: the others had nothing left (a shuffled order puts them anywhere). At the front, the first
+#: worker runs them one after another and the others take the rest of its share from its end.
+SLOWEST_FIRST = (
+    "tests/cassettes/test_shipped_cassettes.py::test_verify_passes_against_fresh_reference_and_laya_serve_servers",
+    "tests/reference_server/test_hostile_input.py::test_memory_returns_near_its_level_after_rounds_of_large_requests",
+    "tests/cassettes/test_round_trip_property.py::test_a_replayed_answer_is_the_served_one_outside_the_volatile_places",
+    "tests/cassettes/test_shipped_cassettes.py::test_re_recording_the_reference_cassettes_changes_nothing",
+    "tests/specs/test_schema_compiler.py::test_recorded_bodies_and_their_mutations_agree_on_their_own_schemas",
+    "tests/integration/test_downstream_example.py::test_the_downstream_example_passes_from_the_wheel_in_a_fresh_environment",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-random-order has shuffled them
+def pytest_collection_modifyitems(items):
+    """The tests of `SLOWEST_FIRST` (every parameter of each) go first, in its order; the rest keep theirs."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    slowest = [item for item in items if item.nodeid.partition("[")[0] in rank]
+    if slowest:
+        slowest.sort(key=lambda item: rank[item.nodeid.partition("[")[0]])
+        chosen = set(map(id, slowest))
+        items[:] = slowest + [item for item in items if id(item) not in chosen]
+
+
 def pytest_sessionfinish(session):
     """The xdist controller stops any shared laya-serve its workers left (a worker that crashed or
     was interrupted before its session end); normally there is none."""
