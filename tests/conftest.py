@@ -104,7 +104,7 @@ def laya_serves(request, tmp_path_factory):
 #: the others had nothing left (a shuffled order puts them anywhere). At the front, the first
 #: worker runs them one after another and the others take the rest of its share from its end.
 SLOWEST_FIRST = (
-    "tests/cassettes/test_shipped_cassettes.py::test_verify_passes_against_fresh_reference_and_laya_serve_servers",
+    "tests/cassettes/test_shipped_cassettes.py::test_verify_passes_against_the_reference_and_laya_serve_servers",
     "tests/reference_server/test_hostile_input.py::test_memory_returns_near_its_level_after_rounds_of_large_requests",
     "tests/cassettes/test_round_trip_property.py::test_a_replayed_answer_is_the_served_one_outside_the_volatile_places",
     "tests/cassettes/test_shipped_cassettes.py::test_re_recording_the_reference_cassettes_changes_nothing",

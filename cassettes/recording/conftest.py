@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from recording_cases import LAYA_SERVE, LAYA_SERVE_STRICT, MODEL, REFERENCE, SPEC_OF
-from recording_servers import laya_serve, reference_server
+from recording_servers import RUNNING_LAYA_SERVES, SERVER_KEY, RunningServer, laya_serve, reference_server
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +32,16 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "the recording suite runs on its own: .venv/bin/python -m pytest cassettes/recording --laya-record "
             "(or --laya-mode=verify), or pass --laya-cassette-dir")
+    if os.environ.get(RUNNING_LAYA_SERVES) and config.getoption("laya_mode") != "verify":
+        raise pytest.UsageError(f"{RUNNING_LAYA_SERVES} is for --laya-mode=verify only: a recording comes from "
+                                "servers the recording suite starts itself; unset it")
+
+
+def _running(kind: str) -> dict[str, Any]:
+    """The running laya-serves of `kind` that RUNNING_LAYA_SERVES names, by configuration."""
+    named = json.loads(os.environ.get(RUNNING_LAYA_SERVES) or "{}")
+    return {config: RunningServer(url=url, api_key=SERVER_KEY if config == "keyed" else None)
+            for name, url in named.items() for k, _, config in [name.partition("/")] if k == kind != REFERENCE}
 
 
 def _start(kind: str, config: str) -> Any:
@@ -80,6 +92,7 @@ def module_servers(request: pytest.FixtureRequest) -> Iterator[Any]:
     """`get(config)`: this module's server kind in that configuration. For laya-serve, every
     configuration the module's selected tests need is started on first use, all at once."""
     kind = request.module.KIND
+    running = _running(kind)
     with contextlib.ExitStack() as stack:
         started: dict[str, Any] = {}
 
@@ -88,9 +101,11 @@ def module_servers(request: pytest.FixtureRequest) -> Iterator[Any]:
             # second, and its engines loading at once race on transformers' lazy first import
             # ("cannot import name 'AutoTokenizer'"), leaving them never ready.
             if not started and kind != REFERENCE:
-                started.update(_start_together(stack, kind, sorted(set(_configs_selected(request)) | {config})))
+                needed = sorted(set(_configs_selected(request)) | {config})
+                started.update({c: running[c] for c in needed if c in running})
+                started.update(_start_together(stack, kind, [c for c in needed if c not in running]))
             if config not in started:
-                started[config] = stack.enter_context(_start(kind, config))
+                started[config] = running.get(config) or stack.enter_context(_start(kind, config))
             return started[config]
 
         yield get

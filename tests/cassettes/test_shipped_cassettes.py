@@ -4,7 +4,7 @@ What most users run against is these files, so every one is checked: it loads wi
 loader, no key used while recording appears in it, every response meets the spec of the server
 kind it came from, and replaying a decision through the client gives what the live server
 answers now (the reference server and laya-serve are started here). Then the two checks that
-keep them honest over time: `--laya-mode=verify` over the whole recording suite against fresh
+keep them honest over time: `--laya-mode=verify` over the whole recording suite against live
 servers, and re-recording the reference cassettes leaves every byte as it is.
 """
 
@@ -45,7 +45,7 @@ from recording_cases import (  # noqa: E402
     cases_for,
     decision_cases,
 )
-from recording_servers import SERVER_KEY  # noqa: E402
+from recording_servers import RUNNING_LAYA_SERVES, SERVER_KEY  # noqa: E402
 
 SHIPPED = sorted(p for p in CASSETTES.rglob("*.yaml") if RECORDING not in p.parents)
 SYSTEM1_KINDS = ("worker", "frontend", "frontend-down", "laya-serve-0.3.20")
@@ -273,16 +273,23 @@ def test_a_replayed_refusal_is_the_live_one(live_servers):
 
 # -- they stay true: verify, and re-recording changes nothing --------------------------------
 
-def run_recording_suite(target: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def run_recording_suite(target: Path, *args: str, timeout: int = 900,
+                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """pytest on (part of) the recording suite, from the repository root, as cassettes/README.md says."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "PYTEST_"))}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "PYTEST_"))}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "pytest", str(target.relative_to(ROOT)), *WITHOUT_UNUSED_PLUGINS, *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_verify_passes_against_fresh_reference_and_laya_serve_servers():
+def test_verify_passes_against_the_reference_and_laya_serve_servers(laya_serves):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-    result = run_recording_suite(RECORDING, "--laya-mode=verify", "-q")
+    # The open and keyed laya-serves are the suite's shared ones (verify ignores what a server has
+    # loaded since; four starts are ~16 s of CPU); the busy ones and every reference server start fresh.
+    running = {f"{kind}/{config}": laya_serves(jev_strict=kind == LAYA_SERVE_STRICT,
+                                               api_key=SERVER_KEY if config == "keyed" else None).url
+               for kind in (LAYA_SERVE, LAYA_SERVE_STRICT) for config in ("open", "keyed")}
+    result = run_recording_suite(RECORDING, "--laya-mode=verify", "-q",
+                                 env={RUNNING_LAYA_SERVES: json.dumps(running)})
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     assert f"verify: {len(SHIPPED) - len(SYSTEM1)} cassettes," in out and " 0 cassettes drifted" in out
@@ -299,3 +306,28 @@ def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path):
     assert f"cassettes: {count} re-recorded unchanged" in out, out[-3000:]
     for shipped in sorted((CASSETTES / REFERENCE).glob("*.yaml")):
         assert (tmp_path / REFERENCE / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name
+
+
+def test_running_laya_serves_are_used_by_verify_only(monkeypatch):
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("recording_conftest", RECORDING / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    recording_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recording_conftest)
+    monkeypatch.setenv(RUNNING_LAYA_SERVES, json.dumps({
+        f"{LAYA_SERVE}/open": "http://127.0.0.1:1", f"{LAYA_SERVE}/keyed": "http://127.0.0.1:2",
+        f"{LAYA_SERVE_STRICT}/open": "http://127.0.0.1:3", f"{REFERENCE}/open": "http://127.0.0.1:4"}))
+
+    def configured(mode):
+        return SimpleNamespace(inipath=RECORDING / "pytest.ini", option=SimpleNamespace(laya_cassette_dir=None),
+                               getoption=lambda name: mode)
+
+    recording_conftest.pytest_configure(configured("verify"))
+    for mode in (None, "record", "live"):  # --laya-record leaves --laya-mode unset
+        with pytest.raises(pytest.UsageError, match=f"{RUNNING_LAYA_SERVES} is for --laya-mode=verify only"):
+            recording_conftest.pytest_configure(configured(mode))
+    running = recording_conftest._running(LAYA_SERVE)
+    assert {c: (s.url, s.api_key) for c, s in running.items()} == {
+        "open": ("http://127.0.0.1:1", None), "keyed": ("http://127.0.0.1:2", SERVER_KEY)}
+    assert recording_conftest._running(REFERENCE) == {}  # the reference server always starts in the suite
