@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TypeVar
@@ -166,7 +166,9 @@ class CorePool:
         self.workers = size
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="laya-forward")
         # The one thread that runs passes on more than one thread (see the module doc).
-        self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide")
+        self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide",
+                                        initializer=self._mark_wide_thread)
+        self._wide_ident: int | None = None
         self._wide_busy = False
         self._cond = threading.Condition()
         self._free = cores or 0
@@ -175,6 +177,7 @@ class CorePool:
         self._waiting_alone = 0  # passes waiting to run by themselves; others queue behind them
         self._local = threading.local()
         self.widest = 0          # the most threads one pass was given (for tests and diagnostics)
+        self.warmed: set[tuple[Hashable, Shape]] = set()  # (size of lone request, shape) run once
 
     @property
     def idle(self) -> bool:
@@ -215,6 +218,15 @@ class CorePool:
             wait(futures)  # none still runs when the caller moves on, whatever failed
         return [first, *(f.result() for f in futures)]
 
+    @property
+    def wide_executor(self) -> Executor:
+        """The thread every multi-thread pass runs on. A caller that runs there itself (a request
+        alone, ``LayaEngine.lone_executor``) runs its wide passes with no hand-over."""
+        return self._wide
+
+    def _mark_wide_thread(self) -> None:
+        self._wide_ident = threading.get_ident()
+
     def lone_job(self, key: Hashable) -> LoneJob:
         """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
         return LoneJob(self, key)
@@ -226,7 +238,7 @@ class CorePool:
     def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool, want: int | None = None) -> R:
         threads = self._take(tokens, alone, want)
         try:
-            if threads is not None and threads > 1:
+            if threads is not None and threads > 1 and threading.get_ident() != self._wide_ident:
                 return self._wide.submit(self._on_threads, fn, item, threads).result()
             return self._on_threads(fn, item, threads)
         finally:
@@ -292,6 +304,10 @@ class LoneJob:
     ``lanes(lengths)`` (the rows' token lengths) chooses the shape and says how many passes to
     plan at least; ``run`` (``CorePool.run``'s signature) runs them in that shape and records
     the wall time per 1,000 tokens under the key (the caller's, with the rows' size bucket).
+    A shape's first run at a size is a warm-up, not recorded: the first two-thread pass ever
+    starts the OpenMP team (28 ms against 7 to 9 for a 512-token row), and a cold figure kept
+    among the last three made the faster shape look over twice as slow, looked at again only
+    every 64th request.
     """
 
     def __init__(self, pool: CorePool, key: Hashable) -> None:
@@ -328,5 +344,8 @@ class LoneJob:
         started = self.pool.clock()
         out = self.pool.run(fn, items, tokens, alone, shape=self.shape)
         elapsed_ms = (self.pool.clock() - started) * 1000.0
+        if (self._bucket, self.shape) not in self.pool.warmed:
+            self.pool.warmed.add((self._bucket, self.shape))  # the chooser offers it again, unmeasured
+            return out
         self.pool.chooser.record(self._bucket, self.shape, elapsed_ms * 1000.0 / max(1, self._tokens))
         return out

@@ -330,6 +330,29 @@ def test_every_pass_on_more_than_one_thread_runs_on_the_same_thread() -> None:
         pool.close()
 
 
+def test_a_caller_on_the_wide_thread_runs_its_wide_pass_there() -> None:
+    # A request alone runs its predict on the wide thread (LayaEngine.lone_executor): its pass on
+    # every core must run right there, not wait on a hand-over to its own thread's queue.
+    import torch
+
+    from pytest_laya_reference.cores import TOKENS_PER_THREAD, CorePool
+
+    pool = CorePool(2)
+
+    def one_pass(k: int) -> tuple[str, int, int]:
+        return threading.current_thread().name, torch.get_num_threads(), k
+
+    try:
+        ran = pool.wide_executor.submit(pool.run, one_pass, [7], [2 * TOKENS_PER_THREAD]).result(timeout=60)
+        assert ran == [(ran[0][0], 2, 7)] and ran[0][0].startswith("laya-wide")
+        # From any other thread the same pass still goes to the wide thread.
+        name, threads, _ = pool.run(one_pass, [8], [2 * TOKENS_PER_THREAD])[0]
+        assert name.startswith("laya-wide") and threads == 2
+        assert pool.idle
+    finally:
+        pool.close()
+
+
 def test_the_shape_chooser_tries_each_shape_then_keeps_the_fastest_and_looks_again() -> None:
     from pytest_laya_reference.cores import Shape, ShapeChooser
 
@@ -391,30 +414,35 @@ def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_p
         # Four short rows feed two threads: laya's own predict ran them faster on two (the floor).
         assert job.shapes([80] * 4) == [Shape(2, 1), Shape(1, 1), Shape(1, 2)]
 
-        for _ in range(3):  # 512 tokens, one row: one thread, two threads, then the faster
+        key = ("tiny", False, (512).bit_length())
+        for _ in range(5):  # 512 tokens, one row: one thread, two threads, then the faster
             job = pool.lone_job("tiny")
             assert job.lanes([512]) == 1
             assert job.run(one_pass, ["row"], [512], [False]) == ["row"]
-        assert [t for _, t in seen] == [1, 2, 2]
-        key = ("tiny", False, (512).bit_length())
+            if len(seen) in (1, 3):  # each shape's first run warms it up: not recorded, offered again
+                assert pool.chooser.estimate(key, job.shape) is None
+        assert [t for _, t in seen] == [1, 1, 2, 2, 2]
         assert pool.chooser.estimate(key, Shape(1, 1)) == pytest.approx(4.0 * 1000 / 512)  # ms per 1,000 tokens
         assert pool.chooser.estimate(key, Shape(1, 2)) == pytest.approx(2.0 * 1000 / 512)
 
-        seen.clear()
-        job = pool.lone_job("tiny")
-        assert job.lanes([512] * 4) == 2  # four rows, nothing measured: side by side first
-        assert job.run(one_pass, ["a", "b"], [1024, 1024], [False, False]) == ["a", "b"]
-        assert sorted(seen) == [("a", 1), ("b", 1)]
-        seen.clear()
-        job = pool.lone_job("tiny")
-        assert job.lanes([512] * 4) == 1  # then all on one thread, one pass after another
-        job.run(one_pass, ["a", "b"], [1024, 1024], [False, False])
-        assert seen == [("a", 1), ("b", 1)]
-        seen.clear()
-        job = pool.lone_job("tiny")
-        assert job.lanes([512] * 4) == 1 and job.shape == Shape(1, 2)  # then wide, on the one wide thread
-        job.run(one_pass, ["abcd"], [2048], [False])
-        assert seen == [("abcd", 2)] and pool.widest == 2
+        for _ in range(2):  # each shape twice: its warm-up, then its measured run
+            seen.clear()
+            job = pool.lone_job("tiny")
+            assert job.lanes([512] * 4) == 2  # four rows, nothing measured: side by side first
+            assert job.run(one_pass, ["a", "b"], [1024, 1024], [False, False]) == ["a", "b"]
+            assert sorted(seen) == [("a", 1), ("b", 1)]
+        for _ in range(2):
+            seen.clear()
+            job = pool.lone_job("tiny")
+            assert job.lanes([512] * 4) == 1  # then all on one thread, one pass after another
+            job.run(one_pass, ["a", "b"], [1024, 1024], [False, False])
+            assert seen == [("a", 1), ("b", 1)]
+        for _ in range(2):
+            seen.clear()
+            job = pool.lone_job("tiny")
+            assert job.lanes([512] * 4) == 1 and job.shape == Shape(1, 2)  # then wide, on the one wide thread
+            job.run(one_pass, ["abcd"], [2048], [False])
+            assert seen == [("abcd", 2)] and pool.widest == 2
         assert pool.idle
     finally:
         pool.close()
@@ -675,6 +703,11 @@ class _Pinned:
         self.recorded.append((key, shape, cost))
 
 
+class _EveryShapeWarm(set):  # type: ignore[type-arg]
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
 @pytest.mark.parametrize("pick", ["wide", "narrow"])
 def test_a_request_alone_runs_in_the_shape_its_chooser_measured_fastest(
         engine: LayaEngine, agent: Any, monkeypatch: pytest.MonkeyPatch, pick: str) -> None:
@@ -688,6 +721,7 @@ def test_a_request_alone_runs_in_the_shape_its_chooser_measured_fastest(
     shape = Shape(1, 2) if pick == "wide" else Shape(1, 1)
     chooser = _Pinned(shape)
     monkeypatch.setattr(engine._pool, "chooser", chooser)
+    monkeypatch.setattr(engine._pool, "warmed", _EveryShapeWarm())  # its first run is measured too
     passes: list[tuple[int, int]] = []  # (rows, torch threads)
     original = engine._agents["tiny"]._forward
 
@@ -789,6 +823,33 @@ async def test_passes_run_batches_at_once_and_never_more(engine: LayaEngine,
     assert sum(counting.calls) == 8 and len(set(counting.threads)) == 2
     for i, t in zip(picks, timed):
         assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+
+
+class _WithLoneExecutor(Counting):
+    def __init__(self, inner: LayaEngine, delay: float) -> None:
+        super().__init__(inner, delay)
+        self.lone = ThreadPoolExecutor(1, thread_name_prefix="lone")
+
+    def lone_executor(self) -> ThreadPoolExecutor:
+        return self.lone
+
+
+async def test_a_request_alone_runs_where_its_engine_asks_and_others_on_the_batchers_threads(
+        engine: LayaEngine, singles: list[DecisionResult]) -> None:
+    counting = _WithLoneExecutor(engine, delay=0.2)
+    batcher = MicroBatcher(counting, max_batch=1, window_ms=0, passes=2)
+    try:
+        alone = await batcher.submit("tiny", DecisionRequest(*PARITY_CASES[0]))
+        together = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i])) for i in (1, 2)))
+    finally:
+        await batcher.aclose()
+        counting.lone.shutdown()
+    assert counting.threads[0].startswith("lone")
+    # Two at once: the first started alone, the second beside it on a thread of the batcher's.
+    assert sorted(t.split("_")[0] for t in counting.threads[1:]) == ["laya-batch", "lone"], counting.threads
+    for i, t in zip((0, 1, 2), [alone, *together]):
+        assert _max_diff(t.result.answers, singles[i].answers) <= TOL
+    assert engine.lone_executor() is (engine._pool.wide_executor if (engine.threads or 1) > 1 else None)  # noqa: SLF001
 
 
 async def test_waiting_requests_are_shared_among_the_free_passes(engine: LayaEngine) -> None:
