@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit
@@ -28,7 +27,6 @@ from pytest_laya import LayaCallError, LayaConfigError, ServedLayaClient, Spec
 from pytest_laya.cassettes import REDACTED, use_cassette
 from pytest_laya.servers import REPLAY_URL
 from pytest_laya.wire.decision import Choice, Noul, Score
-from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 ROOT = Path(__file__).resolve().parents[2]
 CASSETTES = ROOT / "cassettes"
@@ -273,35 +271,41 @@ def test_a_replayed_refusal_is_the_live_one(live_servers):
 
 # -- they stay true: verify, and re-recording changes nothing --------------------------------
 
-def run_recording_suite(target: Path, *args: str, timeout: int = 900,
-                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """pytest on (part of) the recording suite, from the repository root, as cassettes/README.md says."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAYA_", "PYTEST_"))}, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pytest", str(target.relative_to(ROOT)), *WITHOUT_UNUSED_PLUGINS, *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def run_recording_suite(pytester, monkeypatch, target: Path, *args: str, env: dict[str, str] | None = None):
+    """pytest on (part of) the recording suite, from the repository root, as cassettes/README.md says.
+
+    In process (tests/helpers/pytester_runs.py): a new interpreter would import torch, laya and
+    the reference server again and warm its first engine, about 4 s of CPU a run.
+    """
+    for name in [name for name in os.environ if name.startswith(("LAYA_", "PYTEST_"))]:
+        monkeypatch.delenv(name)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(ROOT)
+    return pytester.runpytest(str(target.relative_to(ROOT)), *args)
 
 
-def test_verify_passes_against_the_reference_and_laya_serve_servers(laya_serves):
+def test_verify_passes_against_the_reference_and_laya_serve_servers(laya_serves, pytester, monkeypatch):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     # The open and keyed laya-serves are the suite's shared ones (verify ignores what a server has
     # loaded since; four starts are ~16 s of CPU); the busy ones and every reference server start fresh.
     running = {f"{kind}/{config}": laya_serves(jev_strict=kind == LAYA_SERVE_STRICT,
                                                api_key=SERVER_KEY if config == "keyed" else None).url
                for kind in (LAYA_SERVE, LAYA_SERVE_STRICT) for config in ("open", "keyed")}
-    result = run_recording_suite(RECORDING, "--laya-mode=verify", "-q",
+    result = run_recording_suite(pytester, monkeypatch, RECORDING, "--laya-mode=verify", "-q",
                                  env={RUNNING_LAYA_SERVES: json.dumps(running)})
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-6000:]
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, out[-6000:]
     assert f"verify: {len(SHIPPED) - len(SYSTEM1)} cassettes," in out and " 0 cassettes drifted" in out
 
 
-def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path):
+def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path, pytester, monkeypatch):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
     shutil.copytree(CASSETTES / REFERENCE, tmp_path / REFERENCE)
-    result = run_recording_suite(RECORDING / "test_record_reference.py", "--laya-record",
+    result = run_recording_suite(pytester, monkeypatch, RECORDING / "test_record_reference.py", "--laya-record",
                                  f"--laya-cassette-dir={tmp_path}", "-q")
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-6000:]
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, out[-6000:]
     count = len(cases_for(REFERENCE))
     assert f"cassettes: {count} re-recorded unchanged" in out, out[-3000:]
     for shipped in sorted((CASSETTES / REFERENCE).glob("*.yaml")):
