@@ -120,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long an idle server's first request waits for company (default 0: under load, "
                         "requests that queue while a pass runs share the next one anyway)")
+    p.add_argument("--busy-window-ms", type=float, default=3.0,
+                   help="how long a request waits for company while another batch runs (default 3)")
     p.add_argument("--passes", type=int, default=2,
                    help="batches run at once, each on its own thread, their forward passes sharing the "
                         "cores (default 2)")
@@ -141,8 +143,8 @@ def _check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                           ("--keep-alive-timeout", args.keep_alive_timeout)):
         if not seconds > 0:
             parser.error(f"{name} must be more than 0 seconds")
-    if args.batch_window_ms < 0 or not 0 <= args.port <= 65535:
-        parser.error("--batch-window-ms must be >= 0 and --port in 0..65535")
+    if args.batch_window_ms < 0 or args.busy_window_ms < 0 or not 0 <= args.port <= 65535:
+        parser.error("--batch-window-ms and --busy-window-ms must be >= 0 and --port in 0..65535")
 
 
 def _api_key(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
@@ -177,7 +179,8 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Serv
     limits = Limits() if args.max_request_tokens is None else Limits(max_request_tokens=args.max_request_tokens)
     try:
         return ServerSettings(api_key=api_key, max_concurrent=args.max_concurrent, max_batch=args.max_batch,
-                              batch_window_ms=args.batch_window_ms, passes=args.passes,
+                              batch_window_ms=args.batch_window_ms, busy_window_ms=args.busy_window_ms,
+                              passes=args.passes,
                               max_body_reads=args.max_body_reads, body_timeout_s=args.body_timeout,
                               max_connections=max_connections, head_timeout_s=args.head_timeout,
                               keep_alive_timeout_s=args.keep_alive_timeout, limits=limits,

@@ -488,6 +488,7 @@ def create_app(
         loader = server.load_in_background(loop)
         server.batcher = MicroBatcher(engine, max_batch=server.settings.max_batch,
                                       window_ms=server.settings.batch_window_ms,
+                                      busy_window_ms=server.settings.busy_window_ms,
                                       passes=server.settings.passes)
         try:
             yield

@@ -1,8 +1,9 @@
 """Micro-batching of decisions, with inference off the event loop.
 
 ``MicroBatcher.submit`` queues one request per caller; one dispatcher task collects, per model,
-what arrives within ``window_ms`` (or while the passes are busy) and runs it as one
-``Engine.predict`` call on a worker thread, at most ``passes`` batches at once. A batch takes at
+what arrives within ``window_ms`` of the first (``busy_window_ms`` while another batch runs; or
+while the passes are busy) and runs it as one ``Engine.predict`` call on a worker thread, at
+most ``passes`` batches at once. A batch takes at
 most ``max_batch`` requests and no more than ``ceil(waiting / free passes)``, so every pass has
 work under load.
 
@@ -50,16 +51,20 @@ class _Pending:
 
 
 class MicroBatcher:
-    def __init__(self, engine: Engine, *, max_batch: int = 16, window_ms: float = 2.0, passes: int = 1) -> None:
+    def __init__(self, engine: Engine, *, max_batch: int = 16, window_ms: float = 2.0, passes: int = 1,
+                 busy_window_ms: float = 0.0) -> None:
+        """``window_ms``: how long the first request waits for company when no batch runs;
+        ``busy_window_ms``: the same while another batch runs (the larger of the two applies)."""
         if int(max_batch) < 1:
             raise ValueError("max_batch must be at least 1")
-        if window_ms < 0:
-            raise ValueError("window_ms must not be negative")
+        if window_ms < 0 or busy_window_ms < 0:
+            raise ValueError("window_ms and busy_window_ms must not be negative")
         if int(passes) < 1:
             raise ValueError("passes must be at least 1")
         self._engine = engine
         self._max_batch = int(max_batch)
         self._window = float(window_ms) / 1000.0
+        self._busy_window = max(self._window, float(busy_window_ms) / 1000.0)
         self._passes = int(passes)
         self._executor = ThreadPoolExecutor(max_workers=self._passes, thread_name_prefix="laya-batch")
         self._queues: dict[str, deque[_Pending]] = {}
@@ -232,8 +237,12 @@ class MicroBatcher:
                 if model is None:
                     free.release()
                     continue
-                # Wait for the window opened by the first waiter, or until the batch is full.
-                deadline = self._queues[model][0].submitted + self._window
+                # Wait for the window opened by the first waiter, or until the batch is full. While
+                # another batch runs, the callers it answered are sending their next requests: a
+                # short wait lets them share one batch instead of trickling in one by one (16
+                # clients of one 512-token question: 174 against 162 req/s at 3 ms).
+                window = self._busy_window if running else self._window
+                deadline = self._queues[model][0].submitted + window
                 while not self._closing and self._live(model) < self._max_batch:
                     remaining = deadline - time.perf_counter()
                     if remaining <= 0:

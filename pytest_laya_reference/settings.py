@@ -83,6 +83,8 @@ class ServerSettings:
     max_concurrent: int = 16
     max_batch: int = 16
     batch_window_ms: float = 0.0
+    # How long a request waits for company while another batch runs (pytest_laya_reference.batching).
+    busy_window_ms: float = 3.0
     # Batches run at once, each on its own thread (pytest_laya_reference.batching says why two).
     passes: int = 2
     # Seconds a request may take to deliver its body before a 408 (and a closed connection).
@@ -130,6 +132,8 @@ class ServerSettings:
                 raise ValueError(f"{name} must be more than 0 seconds, not {getattr(self, name)!r}")
         if self.batch_window_ms < 0:
             raise ValueError(f"batch_window_ms must be at least 0, not {self.batch_window_ms!r}")
+        if self.busy_window_ms < 0:
+            raise ValueError(f"busy_window_ms must be at least 0, not {self.busy_window_ms!r}")
         if self.max_inflight_tokens is not None and (
                 isinstance(self.max_inflight_tokens, bool) or not isinstance(self.max_inflight_tokens, int)
                 or self.max_inflight_tokens < self.limits.max_request_tokens):

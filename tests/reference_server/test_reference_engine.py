@@ -852,6 +852,29 @@ async def test_a_request_alone_runs_where_its_engine_asks_and_others_on_the_batc
     assert engine.lone_executor() is (engine._pool.wide_executor if (engine.threads or 1) > 1 else None)  # noqa: SLF001
 
 
+@pytest.mark.parametrize("busy_window_ms", [0.0, 300.0])
+async def test_while_a_batch_runs_a_request_waits_the_busy_window_for_company(engine: LayaEngine,
+                                                                             busy_window_ms: float) -> None:
+    # Each batch takes over a second: the window ends while the first still runs (once it has
+    # ended, the waiting requests are shared among the free passes instead).
+    counting = Counting(engine, delay=1.2)
+    batcher = MicroBatcher(counting, max_batch=16, window_ms=0, passes=2, busy_window_ms=busy_window_ms)
+    try:
+        first = asyncio.ensure_future(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[0])))
+        await asyncio.sleep(0.05)  # alone: it runs at once, whatever the busy window
+        assert counting.calls == [1]
+        second = asyncio.ensure_future(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[1])))
+        await asyncio.sleep(0.01)
+        third = asyncio.ensure_future(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[2])))
+        timed = await asyncio.gather(first, second, third)
+    finally:
+        await batcher.aclose()
+    if busy_window_ms:
+        assert counting.calls == [1, 2] and [t.batch_size for t in timed] == [1, 2, 2]
+    else:
+        assert counting.calls == [1, 1, 1] and [t.batch_size for t in timed] == [1, 1, 1]
+
+
 async def test_waiting_requests_are_shared_among_the_free_passes(engine: LayaEngine) -> None:
     counting = Counting(engine, delay=0.2)
     batcher = MicroBatcher(counting, max_batch=16, window_ms=100, passes=2)
