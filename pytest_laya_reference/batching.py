@@ -22,7 +22,7 @@ import concurrent.futures
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .engine import DecisionRequest, DecisionResult, Engine
@@ -75,7 +75,6 @@ class MicroBatcher:
         self._closing = False
         self._closed: concurrent.futures.Future[None] | None = None
         self.batches = 0   # engine.predict calls made for batches (re-runs not counted)
-        self._active = 0   # batches running
 
     @property
     def max_batch(self) -> int:
@@ -287,22 +286,14 @@ class MicroBatcher:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         self.batches += 1
-        self._active += 1
-        executor: Executor = self._executor
-        if len(batch) == 1 and self._active == 1:
-            # A request alone: where its engine wants it run (``LayaEngine.lone_executor``).
-            lone = getattr(self._engine, "lone_executor", None)
-            executor = (lone() if lone is not None else None) or executor
         try:
             results, infer_ms = await loop.run_in_executor(
-                executor, _timed_predict, self._engine, model, [p.request for p in batch])
+                self._executor, _timed_predict, self._engine, model, [p.request for p in batch])
         except ValueError:
             if len(batch) == 1:
                 raise
             await self._run_singly(model, batch)
             return
-        finally:
-            self._active -= 1
         if len(results) != len(batch):
             raise RuntimeError("engine returned %d results for %d requests" % (len(results), len(batch)))
         for pending, result in zip(batch, results):

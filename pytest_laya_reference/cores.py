@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TypeVar
@@ -166,9 +166,7 @@ class CorePool:
         self.workers = size
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="laya-forward")
         # The one thread that runs passes on more than one thread (see the module doc).
-        self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide",
-                                        initializer=self._mark_wide_thread)
-        self._wide_ident: int | None = None
+        self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide")
         self._wide_busy = False
         self._cond = threading.Condition()
         self._free = cores or 0
@@ -218,15 +216,6 @@ class CorePool:
             wait(futures)  # none still runs when the caller moves on, whatever failed
         return [first, *(f.result() for f in futures)]
 
-    @property
-    def wide_executor(self) -> Executor:
-        """The thread every multi-thread pass runs on. A caller that runs there itself (a request
-        alone, ``LayaEngine.lone_executor``) runs its wide passes with no hand-over."""
-        return self._wide
-
-    def _mark_wide_thread(self) -> None:
-        self._wide_ident = threading.get_ident()
-
     def lone_job(self, key: Hashable) -> LoneJob:
         """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
         return LoneJob(self, key)
@@ -238,7 +227,7 @@ class CorePool:
     def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool, want: int | None = None) -> R:
         threads = self._take(tokens, alone, want)
         try:
-            if threads is not None and threads > 1 and threading.get_ident() != self._wide_ident:
+            if threads is not None and threads > 1:
                 return self._wide.submit(self._on_threads, fn, item, threads).result()
             return self._on_threads(fn, item, threads)
         finally:

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -336,12 +335,6 @@ class LayaEngine:
                 self._agents[conf.name] = agent
                 self._packed[conf.name] = self._packing_agrees(conf, agent)
             self._ready = True
-
-    def lone_executor(self) -> Executor | None:
-        """Where the batcher runs a request alone on the server: the core pool's wide thread, so a
-        pass on every core starts with no second hand-over between threads (None: its own)."""
-        pool = self._pool
-        return pool.wide_executor if pool is not None and pool.cores and pool.cores > 1 else None
 
     @property
     def packed(self) -> Mapping[str, bool]:

@@ -330,29 +330,6 @@ def test_every_pass_on_more_than_one_thread_runs_on_the_same_thread() -> None:
         pool.close()
 
 
-def test_a_caller_on_the_wide_thread_runs_its_wide_pass_there() -> None:
-    # A request alone runs its predict on the wide thread (LayaEngine.lone_executor): its pass on
-    # every core must run right there, not wait on a hand-over to its own thread's queue.
-    import torch
-
-    from pytest_laya_reference.cores import TOKENS_PER_THREAD, CorePool
-
-    pool = CorePool(2)
-
-    def one_pass(k: int) -> tuple[str, int, int]:
-        return threading.current_thread().name, torch.get_num_threads(), k
-
-    try:
-        ran = pool.wide_executor.submit(pool.run, one_pass, [7], [2 * TOKENS_PER_THREAD]).result(timeout=60)
-        assert ran == [(ran[0][0], 2, 7)] and ran[0][0].startswith("laya-wide")
-        # From any other thread the same pass still goes to the wide thread.
-        name, threads, _ = pool.run(one_pass, [8], [2 * TOKENS_PER_THREAD])[0]
-        assert name.startswith("laya-wide") and threads == 2
-        assert pool.idle
-    finally:
-        pool.close()
-
-
 def test_the_shape_chooser_tries_each_shape_then_keeps_the_fastest_and_looks_again() -> None:
     from pytest_laya_reference.cores import Shape, ShapeChooser
 
@@ -823,33 +800,6 @@ async def test_passes_run_batches_at_once_and_never_more(engine: LayaEngine,
     assert sum(counting.calls) == 8 and len(set(counting.threads)) == 2
     for i, t in zip(picks, timed):
         assert _max_diff(t.result.answers, singles[i].answers) <= TOL
-
-
-class _WithLoneExecutor(Counting):
-    def __init__(self, inner: LayaEngine, delay: float) -> None:
-        super().__init__(inner, delay)
-        self.lone = ThreadPoolExecutor(1, thread_name_prefix="lone")
-
-    def lone_executor(self) -> ThreadPoolExecutor:
-        return self.lone
-
-
-async def test_a_request_alone_runs_where_its_engine_asks_and_others_on_the_batchers_threads(
-        engine: LayaEngine, singles: list[DecisionResult]) -> None:
-    counting = _WithLoneExecutor(engine, delay=0.2)
-    batcher = MicroBatcher(counting, max_batch=1, window_ms=0, passes=2)
-    try:
-        alone = await batcher.submit("tiny", DecisionRequest(*PARITY_CASES[0]))
-        together = await asyncio.gather(*(batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i])) for i in (1, 2)))
-    finally:
-        await batcher.aclose()
-        counting.lone.shutdown()
-    assert counting.threads[0].startswith("lone")
-    # Two at once: the first started alone, the second beside it on a thread of the batcher's.
-    assert sorted(t.split("_")[0] for t in counting.threads[1:]) == ["laya-batch", "lone"], counting.threads
-    for i, t in zip((0, 1, 2), [alone, *together]):
-        assert _max_diff(t.result.answers, singles[i].answers) <= TOL
-    assert engine.lone_executor() is (engine._pool.wide_executor if (engine.threads or 1) > 1 else None)  # noqa: SLF001
 
 
 @pytest.mark.parametrize("busy_window_ms", [0.0, 300.0])
