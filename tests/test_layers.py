@@ -266,3 +266,19 @@ def test_import_pytest_laya_loads_nothing_heavy():
             "'fsspec','s3fs','matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_plugin_starts_without_httpx_or_yaml():
+    # Every pytest run loads the plugin; a run that replays nothing (or replays from the derived
+    # cache) should not pay for httpx and YAML. `pytest_laya.cassettes` loads its modules lazily
+    # for this: the plugin's start-up reads only its file names.
+    import subprocess
+
+    code = ("import sys, pytest_laya.plugin; "
+            "print(sorted(m for m in ('httpx','yaml','pytest_laya.cassettes.handle') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    done = subprocess.run([sys.executable, "-c", "import pytest_laya.cassettes as c; print(c.CassetteHandle.__name__, "
+                           "sorted(c.__all__) == sorted(name for name in c.__all__ if getattr(c, name, None) is not None))"],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.split() == ["CassetteHandle", "True"]  # every exported name still resolves
