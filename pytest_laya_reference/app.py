@@ -509,7 +509,7 @@ def create_app(
     app = _ReferenceApp(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.router.redirect_slashes = False
     app.add_middleware(_ContextMiddleware)
-    app.decisions = {"/v1/systemone": _ContextMiddleware(_direct(_endpoint(systemone))),
-                     "/v1/systemone/batch": _ContextMiddleware(_direct(_endpoint(systemone_batch)))}
+    app.decisions = {route.path: _ContextMiddleware(_direct(route.endpoint))
+                     for route in routes if route.methods and "POST" in route.methods}
     app.state.server = server
     return app

@@ -130,10 +130,9 @@ class ServerSettings:
         for name in ("body_timeout_s", "head_timeout_s", "keep_alive_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0 seconds, not {getattr(self, name)!r}")
-        if self.batch_window_ms < 0:
-            raise ValueError(f"batch_window_ms must be at least 0, not {self.batch_window_ms!r}")
-        if self.busy_window_ms < 0:
-            raise ValueError(f"busy_window_ms must be at least 0, not {self.busy_window_ms!r}")
+        for name in ("batch_window_ms", "busy_window_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0, not {getattr(self, name)!r}")
         if self.max_inflight_tokens is not None and (
                 isinstance(self.max_inflight_tokens, bool) or not isinstance(self.max_inflight_tokens, int)
                 or self.max_inflight_tokens < self.limits.max_request_tokens):
