@@ -135,19 +135,25 @@ def test_a_broken_cassette_is_recorded_again_whole(pytester, server):
     run(pytester).assert_outcomes(passed=1)
 
 
-def test_appending_answers_of_another_server_is_refused_and_nothing_is_written(pytester):
+def _append_against_another(pytester, first: dict, other: dict) -> tuple[pytest.RunResult, bytes, FakeLayaServer]:
+    """Records one decision from `FakeLayaServer(**first)`, then appends a second against one of
+    `other`: the run, the cassette's bytes before it, and the other (stopped) server."""
     pytester.makepyfile(test_it=TEST_DECIDE)
-    with FakeLayaServer(model="one") as first:
-        run(pytester, "--laya-record", f"--laya-url={first.url}").assert_outcomes(passed=1)
-    cassette = pytester.path / CASSETTE
-    before = cassette.read_bytes()
+    with FakeLayaServer(**first) as recorded_from:
+        run(pytester, "--laya-record", f"--laya-url={recorded_from.url}").assert_outcomes(passed=1)
+    before = (pytester.path / CASSETTE).read_bytes()
     pytester.makepyfile(test_it=TEST_DECIDE + SECOND)
-    with FakeLayaServer(model="two") as other:
-        result = run(pytester, "--laya-record=new_episodes", f"--laya-url={other.url}")
+    with FakeLayaServer(**other) as appended_to:
+        result = run(pytester, "--laya-record=new_episodes", f"--laya-url={appended_to.url}")
+    return result, before, appended_to
+
+
+def test_appending_answers_of_another_server_is_refused_and_nothing_is_written(pytester):
+    result, before, other = _append_against_another(pytester, {"model": "one"}, {"model": "two"})
     result.assert_outcomes(errors=1)  # refused when the test opens its cassette: nothing played, nothing sent
     result.stdout.fnmatch_lines(["*could not append to cassette*recorded from another server (identity*one*two*"
                                  "Record it again as a whole with --laya-record*"])
-    assert cassette.read_bytes() == before
+    assert (pytester.path / CASSETTE).read_bytes() == before
     assert _decisions(other) == []
 
 
@@ -155,19 +161,12 @@ def test_a_cassette_of_another_spec_is_refused_before_its_answers_play_under_the
     """Recorded from a server that claims no spec (held to current), appended against one whose
     /health claims the target: the recorded answers must not be judged as the new server's, so the
     test is refused at its start with the cassette's reason, not failed with target violations."""
-    pytester.makepyfile(test_it=TEST_DECIDE)
-    with FakeLayaServer(flavor="laya-serve-0.4.15") as first:
-        run(pytester, "--laya-record", f"--laya-url={first.url}").assert_outcomes(passed=1)
-    cassette = pytester.path / CASSETTE
-    before = cassette.read_bytes()
-    pytester.makepyfile(test_it=TEST_DECIDE + SECOND)
-    with FakeLayaServer(flavor="target") as other:
-        result = run(pytester, "--laya-record=new_episodes", f"--laya-url={other.url}")
+    result, before, other = _append_against_another(pytester, {"flavor": "laya-serve-0.4.15"}, {"flavor": "target"})
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*could not append to cassette*recorded from another server*spec current then, "
                                  "target now*Record it again as a whole with --laya-record*"])
     result.stdout.no_fnmatch_line("*breaks the target spec*")
-    assert cassette.read_bytes() == before
+    assert (pytester.path / CASSETTE).read_bytes() == before
     assert _decisions(other) == []
 
 
