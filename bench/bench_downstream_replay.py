@@ -254,6 +254,9 @@ def pytest_run(proj: Path, args: list[str], env: dict[str, str] | None = None,
     the run: runs are sequential, and the child is reaped before the second reading.
     """
     full_env = child_env("cached")
+    # The children import the kit from this tree (child_env drops PYTHONPATH; an editable install
+    # elsewhere would be measured instead).
+    full_env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
     full_env.update(env or {})
     cache = ["-o", f"cache_dir={cache_dir}"] if cache_dir is not None else ["-p", "no:cacheprovider"]
     cmd = [PY, *extra, "-m", "pytest", "-q", *cache, *args]

@@ -20,7 +20,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -67,6 +67,8 @@ class _Loaded:
     learned: tuple[str, ...]  # secrets the scrubber learned from the file (for error messages)
     #: `index`'s lists again, by each recorded request's exact body bytes (`exact_key`).
     exact: dict[tuple[Any, ...], list[int]]
+    #: By interaction: what playing its recorded response works out once for every test (`ReplayCassette.laya_play`).
+    shared: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def exact_key(request: Any) -> tuple[Any, ...]:
@@ -338,6 +340,12 @@ class ReplayCassette:
             return True
 
     def play_response(self, request: Any) -> Any:
+        return self.laya_play(request)[0]
+
+    def laya_play(self, request: Any) -> tuple[Any, dict[str, Any] | None]:
+        """`play_response`, and a place to keep what is worked out from the played response for
+        every later play of it, in any test (the file's interactions are shared): None when the
+        response was made for this request (its own ids echoed)."""
         with self._lock:
             index = self._playable(request)
             self._exact_last = None
@@ -345,8 +353,13 @@ class ReplayCassette:
                 filtered = self._filtered.taken(request)
                 index = next_to_play(self, filtered, self._matches(filtered))
             self.play_counts[index] += 1
-            response = self.data[index][1]
-        return echo_ids(response, request)
+            recorded = self.data[index][1]
+        response = echo_ids(recorded, request)
+        if response is not recorded or self._loaded is None:
+            return response, None
+        shared = self._loaded.shared
+        found = shared.get(index)
+        return response, found if found is not None else shared.setdefault(index, {})
 
     def laya_rewind(self, request: Any) -> None:
         """Make the interactions `request` matches playable again."""

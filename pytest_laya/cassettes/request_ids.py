@@ -106,6 +106,8 @@ def echo_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
         return response
     request_id = request.headers.get("x-request-id")
     trace = parse_traceparent(str(request.headers.get("traceparent") or ""))
+    if not request_id and not trace:  # nothing of the request's to echo: the recorded response itself
+        return response
     echoed: dict[str, list[str]] = {}
     for name, values in headers.items():
         lower = name.lower()

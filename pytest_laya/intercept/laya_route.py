@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_laya.intercept.request import Headers
 from pytest_laya.intercept.switchboard import host_of
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.content_coding import recorded_coding
@@ -62,21 +63,37 @@ def _decoded(response: dict[str, Any]) -> dict[str, Any]:
     return {**response, "headers": kept, "body": {**(response.get("body") or {}), "string": body}}
 
 
-def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0) -> Exchange:
-    """The `Exchange` of one vcrpy request and response (as recorded or played)."""
+def _response_parts(response: dict[str, Any]) -> tuple[int, _CaseInsensitive, bytes]:
+    """An exchange's status, headers and body, from a vcrpy response (its body decoded as a client reads it)."""
     response = _decoded(response)
-    split = urlsplit(request.uri)
     body = (response.get("body") or {}).get("string")
     if isinstance(body, str):
         body = body.encode("utf-8")
+    return (int((response.get("status") or {}).get("code") or 0), _CaseInsensitive(_header_items(response.get("headers"))),
+            body or b"")
+
+
+def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0,
+                shared: dict[str, Any] | None = None) -> Exchange:
+    """The `Exchange` of one vcrpy request and response (as recorded or played).
+
+    `shared` keeps the response's part for every later play of the same recorded response
+    (`ReplayCassette.laya_play`): its exchanges share one read-only view of it."""
+    parts = shared.get("exchange") if shared is not None else None
+    if parts is None:
+        parts = _response_parts(response)
+        if shared is not None:
+            shared["exchange"] = parts
+    status, headers, body = parts
+    split = urlsplit(request.uri)
     request_body = request.body if isinstance(request.body, bytes) or request.body is None else str(request.body).encode()
     return Exchange(
         method=request.method,
         url=request.uri,
         path=(split.path or "/") + (f"?{split.query}" if split.query else ""),
-        status=int((response.get("status") or {}).get("code") or 0),
-        headers=_CaseInsensitive(_header_items(response.get("headers"))),
-        body=body or b"",
+        status=status,
+        headers=headers,
+        body=body,
         request_body=request_body,
         elapsed_s=elapsed_s,
     )
@@ -99,6 +116,13 @@ class _CaseInsensitive(dict[str, str]):
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and super().__contains__(key.lower())
+
+
+def _request_headers(request: Any) -> Any:
+    """A request's headers for its `Call` (which reads them only when asked): the kit's own request's
+    as they are, read-only from here on; another's (vcrpy's) as pairs."""
+    headers = getattr(request, "headers", None)
+    return headers if type(headers) is Headers else _header_items(headers)
 
 
 def _is_call(request: Any) -> bool:
@@ -168,8 +192,9 @@ class LayaRoute:
         return playable
 
     def play_response(self, request: Any) -> Any:
+        play = getattr(self.cassette, "laya_play", None)
         try:
-            response = self.cassette.play_response(request)
+            response, shared = play(request) if play is not None else (self.cassette.play_response(request), None)
         except Exception as exc:
             fault = getattr(exc, "laya_fault", None)
             if fault:  # scripted by the test: the client gets it, the test goes on
@@ -177,7 +202,7 @@ class LayaRoute:
                 raise
             self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
-        self._observe(request, exchange_of(request, response))
+        self._observe(request, exchange_of(request, response, shared=shared))
         return response
 
     def append(self, request: Any, response: Any) -> None:
@@ -210,9 +235,9 @@ class LayaRoute:
                                     response_content=exchange.body)
             else:
                 self.calls.append(Call(method=exchange.method, path=exchange.path, url=exchange.url,
-                                       headers=_header_items(getattr(request, "headers", None)),
+                                       headers=_request_headers(request),
                                        content=exchange.request_body, status=exchange.status,
-                                       response_headers=list(exchange.headers.items()),
+                                       response_headers=exchange.headers,
                                        response_content=exchange.body))
         if self.observer is None:
             return

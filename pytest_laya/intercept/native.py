@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pytest_laya.intercept.mocks import transport_running
+from pytest_laya.intercept.mocks import MOCK_HANDLER, TRANSPORT, transport_running
 from pytest_laya.intercept.request import Headers, Request
 
 __all__ = ["install", "ours"]
@@ -77,9 +77,10 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
         board = _active()
         if board is None:
             return original(transport, request)
-        with transport_running(transport, False):
-            body = b"".join(request.stream)
-            request.stream = httpx.ByteStream(body)
+        # `mocks.transport_running`, inline: every replayed request passes here.
+        tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(False)
+        try:
+            body = request.read()  # the body as bytes, its stream a ByteStream of them from now on
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
@@ -92,6 +93,9 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
             response.stream = httpx.ByteStream(content)
             route.append(ours_, _serialized(response, content))
             return response
+        finally:
+            MOCK_HANDLER.reset(tokens[1])
+            TRANSPORT.reset(tokens[0])
     return handle_request
 
 
@@ -101,8 +105,7 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
         if board is None:
             return await original(transport, request)
         with transport_running(transport, False):
-            body = b"".join([part async for part in request.stream])
-            request.stream = httpx.ByteStream(body)
+            body = await request.aread()  # the body as bytes, its stream a ByteStream of them from now on
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):

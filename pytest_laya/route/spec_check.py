@@ -83,20 +83,30 @@ class SpecCheck:
         self.label = run.server_label(route.server)
         #: The spec the first exchange was held to (a recording's provenance names it).
         self.claimed: str | None = None
+        # The claim that holds for every exchange of this server, once worked out (see `claim`).
+        self._fixed: tuple[Any, tuple[str, str]] | None = None
+        # Whether each spec describes a (method, path, status): asked of every exchange.
+        self._described: dict[tuple[str, str, str, int], bool] = {}
 
     def claim(self, exchange: Exchange) -> tuple[str, str]:
         """(spec, why) for one exchange."""
         from pytest_laya.servers.claimed_spec import claimed_spec_of
 
         server = self.route.server
+        fixed = self._fixed
+        if fixed is not None and fixed[0] is server:
+            return fixed[1]
         chosen = self.run.spec_document
         if chosen is not None:
-            return chosen.value, f"--laya-spec {chosen} was given"
+            self._fixed = (server, (chosen.value, f"--laya-spec {chosen} was given"))
+            return self._fixed[1]
         known = SpecName.document(server.spec)
         if known is not None:
             if server.kind.replays:
-                return known.value, "its cassette was recorded under it"
-            return known.value, f"a {server.kind} server implements it"
+                self._fixed = (server, (known.value, "its cassette was recorded under it"))
+            else:
+                self._fixed = (server, (known.value, f"a {server.kind} server implements it"))
+            return self._fixed[1]
         health = self.run.health_of(server) if not server.kind.replays else None
         claim = claimed_spec_of(exchange.headers, health)
         return claim.name, claim.of("the server")
@@ -112,7 +122,11 @@ class SpecCheck:
         if self.route.fake is not None and answered_by_a_fault(self.route.fake, exchange):
             return  # laya_server.fail(503): the test's own answer, a violation of neither spec
         path = exchange.path.split("?", 1)[0]
-        if not SPECS[spec]().describes(exchange.method, path, exchange.status):
+        asked = (spec, exchange.method, path, exchange.status)
+        described = self._described.get(asked)
+        if described is None:
+            described = self._described[asked] = SPECS[spec]().describes(exchange.method, path, exchange.status)
+        if not described:
             # A route the spec lacks, answered other than its 404 or 405 (a 200 from /metrics).
             self.run.note("not checked: requests the specs do not describe",
                           f"{self.label}: {exchange.method} {path} -> {exchange.status}")

@@ -7,8 +7,10 @@ report, so a run against today's servers also shows how far they are from the ta
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +63,16 @@ class _Tally:
     exchanges: int = 0
     violations: int = 0
 
-    def add(self, operation: str, documented: list[str], violations: list[Violation]) -> None:
+    def add(self, operation: str, documented: Sequence[str], violations: list[Violation]) -> None:
         self.exchanges += 1
+        if not violations and _complete(violations):  # a conforming exchange: only what is new is noted
+            if operation not in self.operations:
+                self.operations[operation] = True
+            headers = self.headers
+            for key in _header_keys(operation, tuple(documented)):
+                if key not in headers:
+                    headers[key] = True
+            return
         self.violations += violations.total if isinstance(violations, Violations) else len(violations)
         self.operations[operation] = self.operations.get(operation, True) and not violations
         broken = {v.where.split("/")[2] for v in violations if v.where.startswith("/headers/")}
@@ -71,8 +81,18 @@ class _Tally:
             self.headers[key] = self.headers.get(key, True) and name not in broken
 
 
+def _complete(violations: list[Violation]) -> bool:
+    return not isinstance(violations, Violations) or (violations.counted_all and not violations.unlisted)
+
+
+@functools.lru_cache(maxsize=256)
+def _header_keys(operation: str, documented: tuple[str, ...]) -> tuple[str, ...]:
+    """The tally's keys of an operation's documented headers (every conforming exchange notes them)."""
+    return tuple(f"{operation} {name}" for name in documented)
+
+
 #: One spec's verdict on an exchange: (spec name, operation, violations, documented headers).
-Verdict = tuple[str, str, Violations, list[str]]
+Verdict = tuple[str, str, Violations, tuple[str, ...]]
 
 #: Verdicts by exchange (`_fingerprint`): judging is a pure function of the exchange and the two
 #: bundled specs, so an exchange seen before (a replayed one, judged in an earlier run: `seed`)
@@ -98,7 +118,7 @@ def _judged(exchange: Exchange) -> tuple[Verdict, ...]:
         operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
         violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, exchange.headers,
                                             exchange.body, request_body=exchange.request_body)
-        verdicts.append((name, operation, violations, documented))
+        verdicts.append((name, operation, violations, tuple(documented)))
     return tuple(verdicts)
 
 
@@ -151,7 +171,7 @@ def seed(plain: Any) -> bool:
             for name, operation, listed, unlisted, counted_all, documented in verdicts:
                 violations = Violations(Violation(*map(str, v)) for v in listed)
                 violations.unlisted, violations.counted_all = int(unlisted), bool(counted_all)
-                rebuilt.append((str(name), str(operation), violations, [str(d) for d in documented]))
+                rebuilt.append((str(name), str(operation), violations, tuple(str(d) for d in documented)))
             if sorted(name for name, *_ in rebuilt) != sorted(SPECS):
                 return False
             kept.append((key, tuple(rebuilt)))
@@ -170,10 +190,9 @@ class Conformance:
         """Record `exchange` against both specs; return the violations of the `claimed` one."""
         claimed_violations = Violations()
         for name, operation, violations, documented in verdicts_of(exchange):
-            violations = _copy(violations)
-            self._tallies[(server, name)].add(operation, documented, violations)
+            self._tallies[(server, name)].add(operation, documented, violations)  # read, never kept
             if name == claimed:
-                claimed_violations = violations
+                claimed_violations = _copy(violations)  # the caller's own
         return claimed_violations
 
     def rows(self) -> list[dict[str, Any]]:

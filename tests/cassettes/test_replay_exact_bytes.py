@@ -88,3 +88,40 @@ def test_a_miss_is_worded_as_before(tmp_path):
     with pytest.raises(CassetteMiss) as caught:
         handle.cassette.can_play_response_for(live)
     assert 'body at /state (recorded "charged twice", now "charged once")' in str(caught.value)
+
+
+def played_by(handle, headers: dict[str, str]):
+    """A route over `handle` (one test's), after playing the recorded request with `headers`."""
+    from pytest_laya.intercept.laya_route import LayaRoute
+
+    route = LayaRoute(handle.cassette, kind="replay", urls=[URL])
+    live = Request("POST", URL, BYTES, {"content-type": "application/json", **headers})
+    assert route.can_play_response_for(live)
+    route.play_response(live)
+    return route
+
+
+def test_a_recorded_response_is_read_into_its_exchange_once_for_every_test_and_each_call_keeps_its_request(tmp_path):
+    record(tmp_path / "c.yaml", BYTES, api_key=None)
+    tests = [played_by(open_replay(tmp_path / "c.yaml", api_key=None, strict=True, record_hint="--laya-record"),
+                       {"user-agent": f"agent-{n}"}) for n in range(2)]
+    first, second = (route.exchanges[0] for route in tests)
+    assert first.headers is second.headers and first.body is second.body  # worked out once
+    assert json.loads(first.body) == {"answers": {"q": {"noul": 0.25}}}
+    assert [route.calls[0].headers["user-agent"] for route in tests] == ["agent-0", "agent-1"]
+    assert [route.calls[0].response_headers["content-type"] for route in tests] == ["application/json"] * 2
+
+
+def test_a_request_with_its_own_id_gets_its_own_response_and_exchange(tmp_path):
+    with ScriptedServer(default=Respond(200, {"answers": {"q": {"noul": 0.25}}},
+                                        headers={"X-Request-Id": "server-assigned-00001"})).start() as server:
+        with use_cassette(tmp_path / "c.yaml", record=True), httpx.Client() as http:
+            http.post(server.url + "/v1/systemone", content=BYTES)
+    open_one = lambda: open_replay(tmp_path / "c.yaml", api_key=None, strict=True, record_hint="--laya-record")  # noqa: E731
+    plain = played_by(open_one(), {})
+    mine = played_by(open_one(), {"x-request-id": "mine-0123456789"})
+    again = played_by(open_one(), {})
+    assert mine.exchanges[0].headers["x-request-id"] == "mine-0123456789"
+    assert mine.calls[0].response_headers["x-request-id"] == "mine-0123456789"
+    assert plain.exchanges[0].headers["x-request-id"] == again.exchanges[0].headers["x-request-id"] != "mine-0123456789"
+    assert plain.exchanges[0].headers is again.exchanges[0].headers
