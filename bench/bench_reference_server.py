@@ -851,7 +851,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
             extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
             log(f"round {round_no}: laya-serve 0.4.15 starting")
             lsrv = LayaServeProcess(checkpoint, max_concurrent=args.max_concurrent, extra_env=extra).start()
-            servers["laya-serve"] = (lsrv.url, lsrv._proc.pid)  # type: ignore[union-attr]
+            servers["laya-serve"] = (lsrv.url, lsrv.pid)
         if "ref" in wanted:
             log(f"round {round_no}: reference server starting " + " ".join(ref_args))
             rsrv = ReferenceProcess(ref_args, args.ref_threads, args.ref_pythonpath).__enter__()

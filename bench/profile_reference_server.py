@@ -29,6 +29,7 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py packing
     .venv/bin/python bench/profile_reference_server.py spin --counts 1000,3000,10000,30000
     .venv/bin/python bench/profile_reference_server.py http --sizes 64,2048 --questions 1,4,12
+    .venv/bin/python bench/profile_reference_server.py variants --env GOMP_SPINCOUNT=300000 --c16-seconds 3 --no-halt
 
 ``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
 passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
@@ -55,6 +56,12 @@ body in this process, set up as the server is and on the threads the server give
 each (the floor on one thread and on every core, the faster), the difference, and the server's
 queue, engine and the rest from ``Server-Timing``.
 
+``variants``: reference servers with other environments (``--env NAME=VALUE``, one more server
+each) beside the default one and laya-serve, taking turns round by round: c=1 p50 per cell, the
+reference's time around its own queue and pass, and with ``--c16-seconds`` 16 clients' req/s;
+``--no-halt`` measures it all again while holding ``/dev/cpu_dma_latency`` at 0 (root), so idle
+CPUs poll instead of halting.
+
 ``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
 (``laya.load(dir).predict``, one request at a time, torch's default threads) against the
 reference server's engine (``LayaEngine.predict``, packed passes on its core budget): at c=1,
@@ -71,6 +78,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import statistics
 import subprocess
@@ -563,6 +571,88 @@ def replay_server(args: argparse.Namespace) -> int:
             time.sleep(3600)
 
 
+def _c1_turn(url: str, bodies: list[bytes], calls: int, lat: list[float], inner: list[float]) -> None:
+    """`calls` requests one after another (after 5 unmeasured): latencies, and the server's own
+    time from its Server-Timing where it sends one."""
+    import http.client
+    import re
+
+    conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    for i in range(calls + 5):
+        started = time.perf_counter()
+        conn.request("POST", "/v1/systemone", body=bodies[i % len(bodies)], headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        if i >= 5:
+            lat.append((time.perf_counter() - started) * 1000)
+            timing = response.getheader("server-timing")
+            if timing:
+                inner.append(sum(float(d) for d in re.findall(r"dur=([0-9.]+)", timing)))
+    conn.close()
+
+
+def _variant_cell(servers: dict[str, tuple[str, int]], bodies: list[bytes], args: argparse.Namespace) -> str:
+    lat: dict[str, list[float]] = {n: [] for n in servers}
+    inner: dict[str, list[float]] = {n: [] for n in servers}
+    rps: dict[str, list[float]] = {n: [] for n in servers}
+    for rnd in range(args.rounds):
+        for name in (list(servers) if rnd % 2 == 0 else list(servers)[::-1]):
+            url, pid = servers[name]
+            _c1_turn(url, bodies, args.calls, lat[name], inner[name])
+            if args.c16_seconds:
+                got = asyncio.run(bench._closed_loop(url, bodies, 16, 1.0, args.c16_seconds, pid, ()))
+                rps[name].append(len(got.latencies_ms) / got.seconds)
+    med = statistics.median
+    cells = []
+    for name in servers:
+        text = f"{name} {med(lat[name]):.2f} ms"
+        if inner[name]:
+            text += f" (around its queue and pass {med(lat[name]) - med(inner[name]):.2f})"
+        if rps[name]:
+            text += f", c=16 {med(rps[name]):.1f} req/s"
+        cells.append(text)
+    return " | ".join(cells)
+
+
+def variants(args: argparse.Namespace) -> int:
+    """Reference servers started with different environments, side by side with laya-serve: c=1
+    p50 per cell (with the time around the reference's own queue and pass, from its
+    ``Server-Timing``) and c=16 req/s, each server in turn within a round and the order reversed
+    every round, so all meet the same machine. ``--no-halt`` repeats everything while holding
+    ``/dev/cpu_dma_latency`` at 0 (root only): the kernel then keeps idle CPUs polling instead of
+    halting, for every process."""
+    import struct
+
+    from pytest_laya.servers.laya_serve import LayaServeProcess
+
+    counter = bench.TokenCounter(CHECKPOINT)
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, tuple[str, int]] = {}
+        for env in [None, *args.env]:
+            proc = bench.ReferenceProcess(["--max-concurrent", "32"], None, None)
+            if env:
+                key, _, value = env.partition("=")
+                proc.env[key] = value
+            stack.enter_context(proc)
+            servers["reference" + (f" {env}" if env else "")] = (proc.url, proc.pid)
+        laya_serve = stack.enter_context(LayaServeProcess(Path(CHECKPOINT), max_concurrent=32))
+        servers["laya-serve"] = (laya_serve.url, laya_serve.pid)
+        for mode in ["halting"] + (["no-halt"] if args.no_halt else []):
+            hold = os.open("/dev/cpu_dma_latency", os.O_WRONLY) if mode == "no-halt" else None
+            try:
+                if hold is not None:
+                    os.write(hold, struct.pack("i", 0))
+                print(f"{mode}: load average {os.getloadavg()[0]:.2f}", flush=True)
+                for tokens in args.sizes:
+                    states = bench.sized_states(tokens, counter)
+                    for nq in args.questions:
+                        line = _variant_cell(servers, bench.request_bodies(states, nq, 1), args)
+                        print(f"  {tokens}t {nq}q: {line}", flush=True)
+            finally:
+                if hold is not None:
+                    os.close(hold)
+    return 0
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -604,6 +694,14 @@ def main() -> int:
     h.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
     h.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
     h.add_argument("--seconds", type=float, default=3.0)
+    w = sub.add_parser("variants", help="reference servers with other environments beside laya-serve: c=1, c=16")
+    w.add_argument("--env", action="append", default=[], help="NAME=VALUE for one more reference server (repeatable)")
+    w.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
+    w.add_argument("--questions", type=bench.csv_ints, default=[1, 4])
+    w.add_argument("--calls", type=int, default=35, help="c=1 requests per server, cell and round")
+    w.add_argument("--rounds", type=int, default=4)
+    w.add_argument("--c16-seconds", type=float, default=0.0, help="also 16 clients for this long (0: not)")
+    w.add_argument("--no-halt", action="store_true", help="then again holding /dev/cpu_dma_latency at 0 (root)")
     sub.add_parser("_replay_server")
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
@@ -611,7 +709,7 @@ def main() -> int:
         o._add_action(action)
     args = p.parse_args()
     return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
-            "spin": spin, "http": http, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
+            "spin": spin, "http": http, "variants": variants, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":

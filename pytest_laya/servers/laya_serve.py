@@ -106,6 +106,13 @@ class LayaServeProcess:
         return "http://%s:%d" % (HOST, self.port)
 
     @property
+    def pid(self) -> int:
+        """The server process's id; only valid after `start()`."""
+        if self._proc is None:
+            raise RuntimeError("LayaServeProcess has not been started")
+        return self._proc.pid
+
+    @property
     def log(self) -> str:
         """Everything the server wrote to stdout and stderr so far, with the API key redacted."""
         if self._log_file is None:
