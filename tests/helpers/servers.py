@@ -159,8 +159,7 @@ class SharedLayaServes:
         server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
                                   startup_timeout_s=READY_TIMEOUT_S).start()
         self._started.append(server)
-        pid = server._proc.pid
-        return {"port": server.port, "pid": pid, "start": _start_time(pid), "users": []}
+        return {"port": server.port, "pid": server.pid, "start": _start_time(server.pid), "users": []}
 
     def close(self) -> None:
         """This worker is done with its servers; each one no other worker uses is stopped."""
