@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,10 +103,40 @@ _REMEMBERED_BYTES = 16 * 1024  # an exchange's bodies at most, so the memo holds
 _VERDICTS_LOCK = threading.Lock()
 
 
+#: Response headers a replayed response echoes from each request (`cassettes.request_ids.echo_ids`),
+#: so their values differ on every call of a client that sends its own (the kit's).
+_ECHOED = ("x-request-id", "traceparent")
+#: What stands in a fingerprint for an echoed header's value that each spec accepts (no header value holds NUL).
+_CONFORMING = "\0conforming"
+
+
 def _fingerprint(exchange: Exchange) -> tuple[Any, ...]:
-    """All that `Spec.judge` reads of an exchange."""
-    return (exchange.method, exchange.path, exchange.status, tuple(lower_headers(exchange.headers).items()),
-            exchange.body, exchange.request_body)
+    """All that `Spec.judge` reads of an exchange; an echoed id both specs accept stands as `_CONFORMING`
+    (`Spec.header_violations`: the verdict is the same for any such value)."""
+    headers = lower_headers(exchange.headers)
+    for name in _ECHOED:
+        value = headers.get(name)
+        if value is not None and _conforms(exchange.method, exchange.path, exchange.status, name, value):
+            headers[name] = _CONFORMING
+    return (exchange.method, exchange.path, exchange.status, tuple(headers.items()), exchange.body,
+            exchange.request_body)
+
+
+def _conforms(method: str, path: str, status: int, name: str, value: str) -> bool:
+    """Whether every spec accepts `value` for the response header `name` on its own."""
+    checks = _header_checks(method, path, status, name)
+    return checks is not None and not any(check(value) for check in checks)
+
+
+@functools.lru_cache(maxsize=256)
+def _header_checks(method: str, path: str, status: int, name: str) -> tuple[Callable[[str], list[Violation]], ...] | None:
+    checks = []
+    for load in SPECS.values():
+        check = load().header_check(method, path, status, name)
+        if check is None:
+            return None
+        checks.append(check)
+    return tuple(checks)
 
 
 def _judged(exchange: Exchange) -> tuple[Verdict, ...]:

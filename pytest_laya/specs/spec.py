@@ -419,6 +419,29 @@ class Spec:
             problems.add(self._rule_violations(op, status, parsed[0], request_body, content))
         return problems, [lower for _name, lower, *_ in self._header_plan(response, pointer)]
 
+    def header_check(self, method: str, path: str, status: int, name: str) -> Callable[[str], list[Violation]] | None:
+        """The violations `judge` finds in one response header's value alone, as a function of the
+        value (its place in the spec looked up once). `judge` reads a documented header other than
+        Content-Type through this check only, so two responses differing only in such a header's
+        value, each conforming here, get the same verdict. None when the spec documents no response
+        for this status (or `name` is Content-Type, which the body's check reads)."""
+        lower = name.lower()
+        if lower == "content-type":
+            return None
+        op, found = self._locate(method, path)
+        documented = self._response(op, status) if op is not None else \
+            self._unrouted(status, path_known=found[0].where == "/method")
+        if documented is None:
+            return None
+        response, pointer = documented
+        for _name, header, where, header_pointer, _required, has_schema in self._header_plan(response, pointer):
+            if header == lower:
+                if not has_schema:
+                    break
+                schema = f"{header_pointer}/schema"
+                return lambda value: self._schema_violations(schema, value, where)
+        return lambda value: []  # not documented, or no schema: judge reads no value of it
+
     def describes(self, method: str, path: str, status: int) -> bool:
         """Whether the spec says what this response should be: its operation's, or (a 404 to an
         unknown path, a 405 to another method of a known one) its `x-unrouted` answer."""
