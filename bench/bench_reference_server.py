@@ -48,13 +48,13 @@ a ratio reference / laya-serve in the same run:
 - peak RSS <= 1.1x.
 
 The floor (c1 cells): laya's own in-process ``laya.load(dir).predict`` of the same bodies, one
-at a time, in a third process (``--floor-worker``) started as the reference server starts
-(its OpenMP spin cap and malloc settings), on one torch thread and on every core of the
-server's budget, the faster of the two (the server chooses between the same two from measured
-times). The floor of a ``same`` cell (16 clients, one question set), in requests/s: the better of
-laya's own ``Agent.predict_batch`` of ``--concurrency`` of the cell's states at once on every
-core, and the reference server's engine in process (``LayaEngine``, no HTTP, no queue), its 2
-passes calling it with batches of half as many. Each is measured in each round after the two servers, once other processes are quiet;
+at a time, in processes of their own (``--floor-worker``): started as the reference server
+starts (its OpenMP spin cap and malloc settings), on one torch thread and on every core of the
+server's budget, and started as laya-serve runs (libgomp's own spinning) on every core; the
+fastest of the three. The floor of a ``same`` cell (16 clients, one question set), in
+requests/s: the best of laya's own ``Agent.predict_batch`` of ``--concurrency`` of the cell's
+states at once on every core, set up both ways, and the reference server's engine in process
+(``LayaEngine``, no HTTP, no queue), its 2 passes calling it with batches of half as many. Each is measured in each round after the two servers, once other processes are quiet;
 the server's overhead is its p50 minus the floor's (c1), its share of the floor's requests/s
 (same).
 
@@ -570,11 +570,14 @@ class ReferenceProcess:
 
 
 class FloorProcess:
-    """laya's own in-process predict in a process of its own, set up as the reference server sets
-    itself up (OpenMP spin cap, one malloc arena, freed heap kept), driven over stdin/stdout."""
+    """laya's own in-process predict in a process of its own, driven over stdin/stdout, set up as
+    the reference server sets itself up (``setup="server"``: OpenMP spin cap, one malloc arena,
+    freed heap kept) or as laya-serve runs (``"laya-serve"``: none of that, libgomp's own
+    spinning)."""
 
-    def __init__(self, checkpoint: str) -> None:
-        self.proc = subprocess.Popen([PY, str(Path(__file__).resolve()), "--floor-worker", checkpoint],
+    def __init__(self, checkpoint: str, setup: str = "server") -> None:
+        self.setup = setup
+        self.proc = subprocess.Popen([PY, str(Path(__file__).resolve()), "--floor-worker", checkpoint, setup],
                                      env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, cwd=str(ROOT))
         if self._reply() != {"ready": True}:
@@ -609,15 +612,16 @@ class FloorProcess:
             self.proc.wait(timeout=10)
 
 
-def floor_worker(checkpoint: str) -> int:
+def floor_worker(checkpoint: str, setup: str) -> int:
     """The floor's process: one job per stdin line, its latencies on stdout (a batch's latency
-    once per request in it)."""
-    from pytest_laya_reference.cores import bound_openmp_spinning
-    from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
+    once per request in it). ``setup``: see ``FloorProcess``."""
+    if setup == "server":
+        from pytest_laya_reference.cores import bound_openmp_spinning
+        from pytest_laya_reference.heap import cap_malloc_arenas, keep_freed_heap
 
-    cap_malloc_arenas()
-    keep_freed_heap()
-    bound_openmp_spinning()
+        cap_malloc_arenas()
+        keep_freed_heap()
+        bound_openmp_spinning()
     import laya
     import torch
 
@@ -710,28 +714,36 @@ def floor_threads(cores: int) -> list[int]:
     return [1, cores] if cores > 1 else [1]
 
 
-def measure_floor(floors: tuple[FloorProcess, FloorProcess], others: tuple[int, ...], spec: CellSpec,
+def measure_floor(floors: tuple[FloorProcess, FloorProcess, FloorProcess], others: tuple[int, ...], spec: CellSpec,
                   bodies: list[bytes], args: argparse.Namespace, round_no: int) -> dict[str, Slice]:
     """The floors of one cell, by kind. c1: laya's in-process predict of the same bodies on one
-    thread and on every core ("floor": the faster). same: laya's own ``predict_batch`` of
-    ``--concurrency`` states on every core ("floor-batch") and the reference server's engine in
-    process, no HTTP, its 2 passes calling it with batches of ``--concurrency`` / 2
-    ("floor-engine"); "floor": the one with more requests/s. The engine runs in the second
-    process: its threads' OpenMP teams would turn the first process's two-thread spinning into
-    sleeps (docs/benchmarks.md, "The figures behind the engine's constants")."""
+    thread and on every core, set up as the server is ("floor-1t", "floor-2t"), and on every core
+    as laya-serve runs ("floor-2t-laya", libgomp's own spinning); "floor": the fastest. same:
+    laya's own ``predict_batch`` of ``--concurrency`` states on every core, set up both ways
+    ("floor-batch", "floor-batch-laya"), and the reference server's engine in process, no HTTP,
+    its 2 passes calling it with batches of ``--concurrency`` / 2 ("floor-engine"); "floor": the
+    one with the most requests/s. Each setup has its own process (``floors``: server, engine,
+    laya-serve): the engine's threads' OpenMP teams would turn another team's two-thread spinning
+    into sleeps (docs/benchmarks.md, "The figures behind the engine's constants")."""
     from pytest_laya_reference.cores import auto_cores
 
     cores = args.ref_threads or auto_cores() or 1
+    server, engine, laya_serve = floors
+    jobs: list[tuple[str, str, FloorProcess, dict[str, int]]]
     if spec.load == "c1":
-        jobs = [(f"floor-{t}t", f"{t} torch thread{'s' if t > 1 else ''}", {"threads": t}) for t in floor_threads(cores)]
+        jobs = [(f"floor-{t}t", f"{t} torch thread{'s' if t > 1 else ''}", server, {"threads": t})
+                for t in floor_threads(cores)]
+        if cores > 1:
+            jobs.append(("floor-2t-laya", f"{cores} torch threads, as laya-serve runs", laya_serve, {"threads": cores}))
     else:
-        jobs = [("floor-batch", f"laya predict_batch of {args.concurrency}, {cores} threads",
+        jobs = [("floor-batch", f"laya predict_batch of {args.concurrency}, {cores} threads", server,
+                 {"threads": cores, "batch": args.concurrency}),
+                ("floor-batch-laya", "the same as laya-serve runs", laya_serve,
                  {"threads": cores, "batch": args.concurrency}),
                 ("floor-engine", f"the engine in process, 2 passes x batches of {max(1, args.concurrency // 2)}",
-                 {"threads": cores, "engine": 2, "engine_batch": max(1, args.concurrency // 2)})]
+                 engine, {"threads": cores, "engine": 2, "engine_batch": max(1, args.concurrency // 2)})]
     out: dict[str, Slice] = {}
-    for kind, what, params in jobs:
-        floor = floors[1] if params.get("engine") else floors[0]
+    for kind, what, floor, params in jobs:
         args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
         a, wall = snapshot(floor.pid, others), time.monotonic()
         reply = floor.measure(bodies, warmup_s=args.warmup, duration_s=args.duration / args.rounds,
@@ -845,7 +857,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
     servers: dict[str, tuple[str, int]] = {}  # name -> (url, pid)
     lsrv: LayaServeProcess | None = None
     rsrv: ReferenceProcess | None = None
-    floors: tuple[FloorProcess, FloorProcess] | None = None
+    floors: tuple[FloorProcess, FloorProcess, FloorProcess] | None = None
     try:
         if "laya" in wanted:
             extra = {"LAYA_THREADS": str(args.laya_threads)} if args.laya_threads else None
@@ -866,7 +878,7 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
                                  "every round before timing")
         names = list(servers)
         if "ref" in wanted and ("c1" in args.loads or "same" in args.loads):
-            floors = (FloorProcess(checkpoint), FloorProcess(checkpoint))
+            floors = (FloorProcess(checkpoint), FloorProcess(checkpoint), FloorProcess(checkpoint, "laya-serve"))
         for index, spec in enumerate(plan(args)):
             bodies = workload[(spec.tokens, spec.questions, spec.load)]
             order = names if (index + round_no) % 2 else names[::-1]
@@ -928,12 +940,12 @@ def print_report(results: dict[str, Any]) -> None:
     floors = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
                if ("floor", label) in by and by[("floor", label)]["load"] == "c1"]
     if floors:
-        print("\n| cell | floor p50 ms (laya in process: 1 / 2 threads) | reference p50 ms | reference over the floor | "
+        print("\n| cell | floor p50 ms (laya in process: 1 / 2 threads / 2 as laya-serve runs) | reference p50 ms | reference over the floor | "
               "reference around its pass | laya-serve over the floor | other procs, cores |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for label, fl, ref in floors:
             lay = by.get(("laya-serve", label))
-            kinds = " / ".join(f(by.get((k, label)), "p50_ms", ".2f") for k in ("floor-1t", "floor-2t"))
+            kinds = " / ".join(f(by.get((k, label)), "p50_ms", ".2f") for k in ("floor-1t", "floor-2t", "floor-2t-laya"))
             print(f"| {label} | {fl['p50_ms']:.2f} ({kinds}) | {f(ref, 'p50_ms', '.2f')} "
                   f"| {'-' if ref is None else format(ref['p50_ms'] - fl['p50_ms'], '+.2f')} ms "
                   f"| {'-' if ref is None or ref.get('around_p50_ms') is None else format(ref['around_p50_ms'], '.2f')} ms "
@@ -942,12 +954,12 @@ def print_report(results: dict[str, Any]) -> None:
     batches = [(label, by[("floor", label)], by.get(("reference", label))) for label in labels
                if ("floor", label) in by and by[("floor", label)]["load"] == "same"]
     if batches:
-        print("\n| cell | floor req/s: laya predict_batch / engine in process | reference req/s | reference / floor "
+        print("\n| cell | floor req/s: laya predict_batch / as laya-serve runs / engine in process | reference req/s | reference / floor "
               "| laya-serve req/s | 2x laya-serve / floor | other procs, cores |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for label, fl, ref in batches:
             lay = by.get(("laya-serve", label))
-            kinds = " / ".join(f(by.get((k, label)), "rps", ".1f") for k in ("floor-batch", "floor-engine"))
+            kinds = " / ".join(f(by.get((k, label)), "rps", ".1f") for k in ("floor-batch", "floor-batch-laya", "floor-engine"))
             twice = f"{2 * lay['rps'] / fl['rps']:.2f}x" if lay and fl["rps"] else "-"
             print(f"| {label} | {kinds} | {f(ref, 'rps', '.1f')} | {r(ref, fl, 'rps')} "
                   f"| {f(lay, 'rps', '.1f')} | {twice} | {fl['foreign_cores']:.2f} |")
@@ -981,7 +993,7 @@ def csv_loads(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--floor-worker"]:
-        return floor_worker(argv[1])
+        return floor_worker(argv[1], argv[2])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=csv_ints, default=[64, 512, 2048],
                    help="state sizes in tokens, comma-separated (default 64,512,2048)")
