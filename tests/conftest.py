@@ -34,6 +34,7 @@ import vcr.stubs.requests_stubs  # noqa: F401
 import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
+import tests.helpers.properties  # noqa: F401 - LAYA_PROPERTIES is checked at the start of the run
 from tests.helpers.servers import LayaServes, SharedLayaServes
 
 #: Packages pytester's in-process runs keep once imported, rather than drop: torch registers its

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from pytest_laya.client import DECIDE_PATH, Exchange, ServedLayaClient
-from pytest_laya.client.base import loopback_direct
+from pytest_laya.client.base import loopback_direct, ssl_context
 from pytest_laya.servers import ClaimedSpec, claimed_spec_of
 from pytest_laya.specs import Spec
 from pytest_laya.specs.conformance import SpecViolationError
@@ -178,7 +178,8 @@ class ServerUnderTest:
         self.api_key = Secret.wrap(api_key)  # a Secret: printed as Secret('***'), revealed only to send
         self.timeout_s = timeout_s
         self._observe = observe
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False,
+        # verify: httpx's own trust, from one context per process (a new one per client read the CA bundle).
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, verify=ssl_context(),
                                   mounts=loopback_direct(url))
         self._secrets = [self.api_key.reveal()] if self.api_key else []
         #: (where, expected) -> operation -> statuses of the responses that broke that target rule.

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pytest_laya import ServedLayaClient
 from pytest_laya.cassettes import CassetteError, use_cassette
 from pytest_laya.fake import FakeLayaServer
+from tests.helpers.properties import example_count
 from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS
 
 pytest_plugins = ["pytester"]
@@ -414,7 +415,7 @@ def _replay_everything(path: Path) -> None:
         assert cassette.exists
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=example_count(120), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(mutation=_mutations())
 def test_any_mutation_of_a_shipped_cassette_loads_or_is_a_cassette_error(tmp_path, mutation):
     source, data = mutation

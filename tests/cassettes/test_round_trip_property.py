@@ -7,7 +7,8 @@ file and replayed from that file. The replayed body must be the served one byte 
 declared volatile places (docs/cassettes.md), which hold their stored values; so the decoded
 answers are exactly the served ones. Everything runs in this process: no server, no subprocess.
 
-2,000 examples under ``CI=true``, 150 otherwise (``LAYA_ROUND_TRIP_EXAMPLES`` overrides).
+300 examples (3,000 under ``LAYA_PROPERTIES=thorough``, tests/helpers/properties.py;
+``LAYA_ROUND_TRIP_EXAMPLES`` overrides both).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from hypothesis import strategies as st
 from pytest_laya import strategies as laya_st
 from pytest_laya.cassettes import laya_vcr
 from pytest_laya.wire.questions import option_key
+from tests.helpers.properties import example_count
 
-EXAMPLES = int(os.environ.get("LAYA_ROUND_TRIP_EXAMPLES") or (2000 if os.environ.get("CI") == "true" else 150))
+EXAMPLES = int(os.environ.get("LAYA_ROUND_TRIP_EXAMPLES") or example_count(300))
 
 KEY = "sk-round-trip-canary-0451"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from vcr.serializers.yamlserializer import _CassetteLoader
 
 from pytest_laya.cassettes import yaml_loader
+from tests.helpers.properties import example_count
 
 ROOT = Path(__file__).resolve().parents[2]
 CASSETTES = sorted(p for d in ("cassettes", "examples", "tests/data") for p in (ROOT / d).rglob("*.yaml"))
@@ -112,7 +113,7 @@ _DATA = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
                      | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=4), max_leaves=20)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=example_count(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_DATA, style=st.sampled_from([None, True, False]))
 def test_any_dumped_data_loads_the_same(data, style):
     text = yaml.safe_dump({"x": data}, default_flow_style=style, allow_unicode=True)
@@ -124,7 +125,7 @@ _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
      "a\n\nb", "  lead", "trail  ", "x" * 200 + " " + "y" * 50, "*/*", "{}", "[]", "é", "\t", "\r\n"])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=example_count(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bodies=st.lists(st.tuples(_TEXT, _TEXT), min_size=1, max_size=3),
        headers=st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,15}", fullmatch=True), st.lists(_TEXT, min_size=1, max_size=2),
                                max_size=3),

@@ -27,6 +27,7 @@ from pytest_laya.client import MAX_RESPONSE_BYTES
 from pytest_laya.faults import Respond, ScriptedServer, Trickle
 from pytest_laya.wire.content_coding import MAX_LAYERS
 from tests.helpers.bombs import GIB, STACKED_GZIP, declared_size, gzip_deflate, inner_layer
+from tests.helpers.properties import example_count
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 ANSWER = {
@@ -328,7 +329,7 @@ def _bodies(draw):
     return base
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=example_count(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(status=st.sampled_from([200, 200, 200, 201, 204, 301, 400, 401, 404, 413, 422, 429, 500, 502, 503, 504, 599]),
        coding=_CODINGS, media=_MEDIA, body=_bodies(),
        # No Retry-After here is a wait worth taking: "²", "٣" and friends, or 0.

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pytest_laya import LayaCallError, ServedLayaClient
 from pytest_laya.wire.decision import parse_answers
 from pytest_laya.wire.questions import normalize_questions
+from tests.helpers.properties import example_count
 
 QUESTIONS = {
     "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]},
@@ -112,7 +113,7 @@ def malformed_answers(draw) -> Any:
     return answers
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=example_count(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(malformed_answers())
 def test_whatever_the_answers_hold_decide_returns_a_decision_or_raises_a_call_error(answers):
     asked = normalize_questions(QUESTIONS)

@@ -22,6 +22,7 @@ from pytest_laya.fake import FLAVORS, LAYA_SERVE, TARGET, FakeLaya, FakeLayaServ
 from pytest_laya.faults import Delay, Handler, Respond
 from pytest_laya.specs import Spec
 from pytest_laya.wire.decision import Choice, Noul, Score
+from tests.helpers.properties import example_count
 from tests.helpers.recorded import LAYA_SERVE as LAYA_SERVE_DATA
 from tests.helpers.recorded import recording
 
@@ -606,7 +607,7 @@ def clients(servers):
         client.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=example_count(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(state=_states, questions=_questions)
 def test_the_clients_answer_rules_accept_every_fake_answer(server, clients, state, questions):
     client, found = clients[server.flavor]

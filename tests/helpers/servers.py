@@ -11,6 +11,7 @@ import os
 import pathlib
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,12 @@ import pytest
 from pytest_laya.servers import wait_ready
 
 READY_TIMEOUT_S = 120.0
+
+#: `verify=` for an httpx call to one of the tests' plain-http loopback servers: without it httpx
+#: builds a verifying context for every call, loading certifi's CA bundle (about 25 ms of CPU, most
+#: of what a probe every 50-100 ms costs), which a plain-http request never uses. It trusts nothing,
+#: so a request that did reach TLS would be refused, never accepted.
+PLAIN_HTTP = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 @contextlib.contextmanager

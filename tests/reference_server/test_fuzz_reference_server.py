@@ -16,9 +16,9 @@ Invalid headers are not refused: the spec's `X-Request-Id` is "echoed; generated
 a malformed W3C `traceparent` must be ignored (W3C Trace Context, section 3.2), so the check
 there is that the response carries a fresh, valid request id and no echoed trace.
 
-`LAYA_FUZZ_EXAMPLES` (default 12 per operation and mode) and `LAYA_FUZZ_SEED` size and seed a
-run; `scripts/fuzz_reference_server.py` runs this file with more examples and prints the tally
-that `LAYA_FUZZ_REPORT` (a JSON path) receives.
+`LAYA_FUZZ_EXAMPLES` (default 12 per operation and mode, 120 under `LAYA_PROPERTIES=thorough`)
+and `LAYA_FUZZ_SEED` size and seed a run; `scripts/fuzz_reference_server.py` runs this file with
+more examples and prints the tally that `LAYA_FUZZ_REPORT` (a JSON path) receives.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 from pytest_laya import Spec  # noqa: E402
 from pytest_laya_reference.settings import Limits, ServerSettings  # noqa: E402
 from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.helpers.properties import example_count  # noqa: E402
 from tests.helpers.servers import reference_server  # noqa: E402
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "specs" / "laya-systemone.openapi.yaml"
-EXAMPLES = int(os.environ.get("LAYA_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("LAYA_FUZZ_EXAMPLES") or example_count(12))
 SEED = int(os.environ.get("LAYA_FUZZ_SEED", "20260"))
 SERVED_MODELS = ("tiny",)
 LIMITS = Limits()

@@ -38,7 +38,7 @@ pytest.importorskip("laya", reason="needs the reference extra")
 from pytest_laya import Spec  # noqa: E402
 from pytest_laya.wire.requests import MAX_NESTING  # noqa: E402
 from pytest_laya_reference.settings import Limits, ServerSettings  # noqa: E402
-from tests.helpers.servers import reference_server  # noqa: E402
+from tests.helpers.servers import PLAIN_HTTP, reference_server  # noqa: E402
 
 LIVEZ_BOUND_S = 2.0
 MAX_CONCURRENT = 8
@@ -84,7 +84,7 @@ class LivezProbe(threading.Thread):
     def probe(self) -> None:
         started = time.monotonic()
         try:
-            r = httpx.get(self.url + "/livez", timeout=LIVEZ_BOUND_S * 5)
+            r = httpx.get(self.url + "/livez", timeout=LIVEZ_BOUND_S * 5, verify=PLAIN_HTTP)
             if r.status_code != 200 or r.json() != {"status": "ok"}:
                 self.failures.append(f"{r.status_code} {r.text[:80]}")
         except httpx.HTTPError as exc:

@@ -38,6 +38,8 @@ import pytest
 pytest.importorskip("laya", reason="needs the reference extra")
 resource = pytest.importorskip("resource", reason="needs RLIMIT_NOFILE (POSIX)")
 
+from tests.helpers.servers import PLAIN_HTTP  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 LIVEZ_BOUND_S = 2.0
 CLOSE_BOUND_S = 10.0  # slack for a timer to close a connection on a loaded box
@@ -164,7 +166,7 @@ class Livez(threading.Thread):
         while not self._done.wait(0.05):
             started = time.monotonic()
             try:
-                r = httpx.get(self.url + "/livez", timeout=LIVEZ_BOUND_S * 5)
+                r = httpx.get(self.url + "/livez", timeout=LIVEZ_BOUND_S * 5, verify=PLAIN_HTTP)
                 if r.status_code != 200:
                     self.failures.append(f"{r.status_code} {r.text[:80]}")
             except httpx.HTTPError as exc:
@@ -346,7 +348,7 @@ def test_out_of_descriptors_it_logs_once_makes_room_and_keeps_serving(tmp_path):
         # ones to make room and answers.
         for _ in range(3):
             started = time.monotonic()
-            r = httpx.get(server.url + "/livez", timeout=LIVEZ_BOUND_S * 5)
+            r = httpx.get(server.url + "/livez", timeout=LIVEZ_BOUND_S * 5, verify=PLAIN_HTTP)
             assert r.status_code == 200 and time.monotonic() - started < LIVEZ_BOUND_S
             status, body = decide(server.addr, timeout_s=LIVEZ_BOUND_S * 5)
             assert status == 200, body[:300]

@@ -23,6 +23,7 @@ from pytest_laya.specs import Spec
 from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.specs.spec import _format_checker
 from pytest_laya.wire.pointer import escape as _escape
+from tests.helpers.properties import example_count
 from tests.helpers.recorded import LAYA_SERVE, LAYA_SERVE_STRICT, REFERENCE, SYSTEM1, recordings
 
 _formats = _format_checker()
@@ -797,7 +798,7 @@ _JSONISH = st.recursive(
     max_leaves=8)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=example_count(600), deadline=None)
 @given(one=_JSONISH, two=_JSONISH)
 def test_equal_is_jsonschemas(one, two):
     from jsonschema._utils import equal as theirs
@@ -817,7 +818,7 @@ def test_equal_strings_are_equal_whatever_their_identity():
     assert not uniq([literal, built]) and agree({"const": literal}, [built]) == [True]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=example_count(600), deadline=None)
 @given(items=st.lists(_JSONISH, max_size=5))
 def test_uniq_is_jsonschemas(items):
     from jsonschema._utils import uniq as theirs

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pytest_laya.wire import requests as validation
 from pytest_laya.wire.problems import Problem
 from pytest_laya.wire.requests import parse_json_object
+from tests.helpers.properties import example_count
 
 pytest.importorskip("orjson", reason="orjson comes with the reference extra: pip install -e '.[reference]'")
 
@@ -86,7 +87,7 @@ _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.
                        max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=example_count(300), deadline=None)
 @given(body=st.dictionaries(st.text(), _values, max_size=5), ensure_ascii=st.booleans(), indent=st.sampled_from([None, 1]))
 def test_any_json_object_reads_the_same_with_either_parser(body, ensure_ascii, indent):
     raw = json.dumps(body, ensure_ascii=ensure_ascii, indent=indent).encode()

@@ -25,9 +25,10 @@ from pytest_laya.wire.decision import parse_answers
 from pytest_laya.wire.problems import PROBLEM_STATUS, Problem
 from pytest_laya.wire.questions import normalize_questions
 from pytest_laya.wire.requests import check_media_type, parse_json_object, read_decision_request
+from tests.helpers.properties import example_count
 
 SERVED = ["fake-laya"]
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=example_count(25), deadline=None, suppress_health_check=list(HealthCheck))
 CLIENTS = {flavor: httpx.Client(transport=FakeLaya(flavor=flavor).transport(), base_url="http://laya.invalid")
            for flavor in FLAVORS}
 
@@ -55,7 +56,7 @@ def test_valid_requests_pass_the_target_rules_the_client_and_both_fakes(body):
         parse_answers(response.json()["answers"], normalize_questions(body["questions"]))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=example_count(15), deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=laya_st.requests(batch=True))
 def test_valid_batches_pass_the_target_rules(body):
     checked = read_decision_request(body, LIMITS, served=SERVED, batch=True)
@@ -64,7 +65,7 @@ def test_valid_batches_pass_the_target_rules(body):
 
 
 @pytest.mark.parametrize("kind", sorted(laya_st.INVALID_KINDS))
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=example_count(4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_each_invalid_kind_gets_the_problem_it_declares(kind, data):
     invalid = data.draw(laya_st.invalid_requests([kind]))
@@ -107,7 +108,7 @@ def test_drawn_answers_reach_the_edges():
     seen_p: set[float] = set()
     certain = []
 
-    @settings(max_examples=150, deadline=None, database=None)
+    @settings(max_examples=example_count(150), deadline=None, database=None)
     @given(body=laya_st.responses(questions))
     def collect(body):
         seen_p.add(body["answers"]["refund"]["noul"])
