@@ -153,11 +153,16 @@ def _judged(exchange: Exchange) -> tuple[Verdict, ...]:
 
 
 def _remember(key: tuple[Any, ...], verdicts: tuple[Verdict, ...]) -> None:
-    if sum(len(part) for part in key[4:] if isinstance(part, (bytes, str))) > _REMEMBERED_BYTES:
-        return
+    _remember_all([(key, verdicts)])
+
+
+def _remember_all(pairs: list[tuple[tuple[Any, ...], tuple[Verdict, ...]]]) -> None:
     with _VERDICTS_LOCK:
-        _VERDICTS[key] = verdicts
-        _VERDICTS.move_to_end(key)
+        for key, verdicts in pairs:
+            if sum(len(part) for part in key[4:] if isinstance(part, (bytes, str))) > _REMEMBERED_BYTES:
+                continue
+            _VERDICTS[key] = verdicts
+            _VERDICTS.move_to_end(key)
         while len(_VERDICTS) > _VERDICTS_MAX:
             _VERDICTS.popitem(last=False)
 
@@ -190,25 +195,39 @@ def plain_verdicts(exchanges: list[Exchange]) -> tuple[Any, ...]:
                  for key, verdicts in ((_fingerprint(e), verdicts_of(e)) for e in exchanges))
 
 
+#: The violations of every remembered verdict that has none, shared: a verdict is read, never
+#: changed (`Conformance.check` gives its caller a copy).
+_NO_VIOLATIONS = Violations()
+
+
 def seed(plain: Any) -> bool:
     """Remember verdicts `plain_verdicts` gave (an earlier run's); False, and nothing kept, if `plain` is not such."""
     kept = []
+    names = sorted(SPECS)
+    # The (name, operation, documented headers) of the file's verdicts repeat: each checked and kept once.
+    parts: dict[Any, tuple[str, str, tuple[str, ...]]] = {}
     try:
         for key, verdicts in plain:
             if not isinstance(key, tuple) or len(key) != 6:
                 return False
             rebuilt = []
             for name, operation, listed, unlisted, counted_all, documented in verdicts:
-                violations = Violations(Violation(*map(str, v)) for v in listed)
-                violations.unlisted, violations.counted_all = int(unlisted), bool(counted_all)
-                rebuilt.append((str(name), str(operation), violations, tuple(str(d) for d in documented)))
-            if sorted(name for name, *_ in rebuilt) != sorted(SPECS):
+                if listed or unlisted or not counted_all:
+                    violations = Violations(Violation(*map(str, v)) for v in listed)
+                    violations.unlisted, violations.counted_all = int(unlisted), bool(counted_all)
+                else:
+                    violations = _NO_VIOLATIONS
+                part = parts.get((name, operation, documented))
+                if part is None:
+                    part = parts[(name, operation, documented)] = (str(name), str(operation),
+                                                                   tuple(str(d) for d in documented))
+                rebuilt.append((part[0], part[1], violations, part[2]))
+            if sorted(name for name, *_ in rebuilt) != names:
                 return False
             kept.append((key, tuple(rebuilt)))
     except (TypeError, ValueError):
         return False
-    for key, verdicts in kept:
-        _remember(key, verdicts)
+    _remember_all(kept)
     return True
 
 

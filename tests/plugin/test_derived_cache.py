@@ -81,6 +81,40 @@ def test_an_edited_cassette_is_read_and_judged_again(recorded):
     result.stdout.fnmatch_lines(["*rule probabilities-sum: expected a sum of 1 within 0.02, got 1.6000*"])
 
 
+def test_an_edited_cassette_fails_again_in_a_later_run_from_the_kept_verdicts(recorded):
+    replay(recorded).assert_outcomes(passed=1)  # the unedited file's entries: stale once it is edited
+    edit_answer(recorded.path.joinpath(*CASSETTE), choice="billing", probabilities={"billing": 0.8, "tech": 0.8})
+    replay(recorded).assert_outcomes(failed=1)
+    (recorded.path / "no-parsing").touch()
+    result = replay(recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rule probabilities-sum: expected a sum of 1 within 0.02, got 1.6000*"])
+
+
+KIT_CLIENT = """
+QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech"]}}
+
+
+def test_team(laya_client):
+    for _ in range(2):  # each call with its own request id and trace, echoed into the replayed answer
+        assert laya_client.decide("I was charged twice. Refund me.", QUESTIONS)["team"].key in ("billing", "tech")
+"""
+
+
+def test_the_kit_clients_decisions_each_with_its_own_ids_are_judged_from_the_kept_verdicts(pytester):
+    pytester.makepyfile(test_it=KIT_CLIENT)
+    pytester.makeconftest(CONFTEST)
+    with FakeLayaServer() as fake:
+        run(pytester, "--laya-record", "--laya-url", fake.url).assert_outcomes(passed=1)
+    first = replay(pytester)
+    first.assert_outcomes(passed=1)
+    (pytester.path / "no-parsing").touch()  # judging again would fail the run
+    second = replay(pytester)
+    second.assert_outcomes(passed=1)
+    assert conformance(second) == conformance(first)
+    assert conformance(first)
+
+
 def test_a_corrupt_or_foreign_entry_is_ignored_and_written_again(recorded):
     replay(recorded).assert_outcomes(passed=1)
     kept = entries(recorded)
