@@ -67,7 +67,7 @@ class _Loaded:
     learned: tuple[str, ...]  # secrets the scrubber learned from the file (for error messages)
     #: `index`'s lists again, by each recorded request's exact body bytes (`exact_key`).
     exact: dict[tuple[Any, ...], list[int]]
-    #: By interaction: what playing its recorded response works out once for every test (`ReplayCassette.laya_play`).
+    #: By interaction: what playing its recorded response works out once per process (`ReplayCassette.laya_play`).
     shared: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -344,8 +344,9 @@ class ReplayCassette:
 
     def laya_play(self, request: Any) -> tuple[Any, dict[str, Any] | None]:
         """`play_response`, and a place to keep what is worked out from the played response for
-        every later play of it, in any test (the file's interactions are shared): None when the
-        response was made for this request (its own ids echoed)."""
+        every later play of it in this process (rewound, or through another handle on the file:
+        its interactions are shared): None when the response was made for this request (its own
+        ids echoed)."""
         with self._lock:
             index = self._playable(request)
             self._exact_last = None

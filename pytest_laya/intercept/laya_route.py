@@ -192,6 +192,11 @@ class LayaRoute:
         return playable
 
     def play_response(self, request: Any) -> Any:
+        return self.laya_play(request)[0]
+
+    def laya_play(self, request: Any) -> tuple[Any, dict[str, Any] | None]:
+        """`play_response`, and what the cassette shares of the played response with every later
+        play of it (`ReplayCassette.laya_play`; None: nothing is shared)."""
         play = getattr(self.cassette, "laya_play", None)
         try:
             response, shared = play(request) if play is not None else (self.cassette.play_response(request), None)
@@ -203,7 +208,7 @@ class LayaRoute:
             self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
         self._observe(request, exchange_of(request, response, shared=shared))
-        return response
+        return response, shared
 
     def append(self, request: Any, response: Any) -> None:
         with self._lock:

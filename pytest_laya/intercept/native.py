@@ -84,7 +84,7 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
-                return httpx_response(route.play_response(ours_), httpx)
+                return httpx_response(*_played(route, ours_), httpx=httpx)
             response = original(transport, request)
             if getattr(route, "check", None) is None:  # the network: as it came
                 return response
@@ -109,7 +109,7 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
-                return httpx_response(route.play_response(ours_), httpx)
+                return httpx_response(*_played(route, ours_), httpx=httpx)
             response = await original(transport, request)
             if getattr(route, "check", None) is None:
                 return response
@@ -121,15 +121,26 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
     return handle_async_request
 
 
-def httpx_response(recorded: dict[str, Any], httpx: Any) -> Any:
-    """The ``httpx.Response`` of a recorded response (as vcrpy's httpx stub builds it)."""
+def _played(route: Any, request: Request) -> tuple[Any, dict[str, Any] | None]:
+    """The played response, with what is shared of it (`LayaRoute.laya_play`; another route shares nothing)."""
+    play = getattr(route, "laya_play", None)
+    return play(request) if play is not None else (route.play_response(request), None)
+
+
+def httpx_response(recorded: dict[str, Any], shared: dict[str, Any] | None = None, *, httpx: Any) -> Any:
+    """The ``httpx.Response`` of a recorded response (as vcrpy's httpx stub builds it); its
+    headers built once for every play of it that `shared` keeps (`LayaRoute.laya_play`)."""
     if "status_code" in recorded:  # pragma: no cover - vcrpy's pre-8 httpx format: vcrpy reads it
         from vcr.stubs.httpx_stubs import _deserialize_response
 
         return _deserialize_response(recorded, httpx)
     status = recorded["status"]
     message = status.get("message")
-    headers = [(name, value) for name, values in recorded["headers"].items() for value in values]
+    headers = shared.get("httpx_headers") if shared is not None else None
+    if headers is None:  # each response gets its own copy of them (httpx copies a Headers' list)
+        headers = httpx.Headers([(name, value) for name, values in recorded["headers"].items() for value in values])
+        if shared is not None:
+            shared["httpx_headers"] = headers
     return httpx.Response(status["code"], headers=headers, stream=httpx.ByteStream(recorded["body"]["string"]),
                           extensions={"reason_phrase": message.encode("ascii")} if message else None)
 
