@@ -237,8 +237,10 @@ class ServedLayaClient(ClientBase):
         else:  # httpx itself then reads no proxy from the environment
             self._http = httpx.Client(transport=transport)
         # The client's own transport bounds every socket operation by the deadline; only a
-        # transport passed in needs the watchdog (and its timer thread, one per attempt).
-        self._watched = transport is not None
+        # transport passed in needs the watchdog (and its timer thread, one per attempt), and not
+        # one answering in memory (no socket to shut down: an error after the deadline is its timeout).
+        self._in_memory = isinstance(transport, (httpx.MockTransport, httpx.WSGITransport))
+        self._watched = transport is not None and not self._in_memory
 
     def decide(
         self,
@@ -313,7 +315,8 @@ class ServedLayaClient(ClientBase):
                 finally:
                     response.close()
             except httpx.TransportError as exc:
-                attempt = Attempt(failure=TransportFailure.TIMED_OUT if watchdog.fired else classify_failure(exc), cause=exc)
+                timed_out = watchdog.fired or (self._in_memory and deadline.expired())
+                attempt = Attempt(failure=TransportFailure.TIMED_OUT if timed_out else classify_failure(exc), cause=exc)
         self._observe(method, path, attempt, body, time.monotonic() - started)
         return attempt
 

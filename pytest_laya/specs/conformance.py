@@ -122,6 +122,7 @@ def _fingerprint(exchange: Exchange) -> tuple[Any, ...]:
             exchange.request_body)
 
 
+@functools.lru_cache(maxsize=1024)  # the recorded id of every replay of a client sending none
 def _conforms(method: str, path: str, status: int, name: str, value: str) -> bool:
     """Whether every spec accepts `value` for the response header `name` on its own."""
     checks = _header_checks(method, path, status, name)
