@@ -3,8 +3,9 @@
 ``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
 threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
 free; a pass flagged ``alone`` takes them all. A request alone on an idle server runs instead
-in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``). Every pass
-on more than one thread runs on one thread (``laya-wide``), one at a time, so libgomp manages at
+in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``), on the wide
+thread holding every core (``CorePool.run_alone``: one hand-over instead of two). Every pass on
+more than one thread runs on one thread (``laya-wide``), one at a time, so libgomp manages at
 most ``cores`` threads and keeps spinning between parallel regions; ``bound_openmp_spinning``
 caps that spinning. Why, with the figures: docs/reference-server.md ("Inference") and
 docs/benchmarks.md ("The figures behind the engine's constants").
@@ -14,6 +15,7 @@ Heavy imports: torch, inside a pass only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -168,6 +170,9 @@ class CorePool:
         # The one thread that runs passes on more than one thread (see the module doc).
         self._wide = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-wide")
         self._wide_busy = False
+        # The side-by-side passes of a request that holds every core (``run_alone``): never queued
+        # behind a pass that waits for those cores on an ``_executor`` thread.
+        self._lanes = ThreadPoolExecutor(max_workers=max(1, size - 1), thread_name_prefix="laya-lane")
         self._cond = threading.Condition()
         self._free = cores or 0
         self._pending = 0        # passes submitted and not started
@@ -198,6 +203,8 @@ class CorePool:
         if not items:
             return []
         want = None if shape is None or self.cores is None else min(shape.threads, self.cores)
+        if getattr(self._local, "held", 0):
+            return self._run_held(fn, items, shape, want)
         if shape is not None and shape.lanes == 1:
             out = []
             for item in items:
@@ -216,6 +223,40 @@ class CorePool:
             wait(futures)  # none still runs when the caller moves on, whatever failed
         return [first, *(f.result() for f in futures)]
 
+    @property
+    def holding(self) -> bool:
+        """Whether the calling thread holds cores through ``run_alone``."""
+        return bool(getattr(self._local, "held", 0))
+
+    def run_alone(self, fn: Callable[[], R]) -> concurrent.futures.Future[R] | None:
+        """``fn()`` on the wide thread holding every core, if nothing runs or waits now; else None.
+
+        ``run`` calls inside ``fn`` take no cores: one pass at a time on the wide thread, the side
+        by side passes of a ``shape`` with lanes on ``laya-lane`` threads; the cores a ``shape``
+        leaves unused are given back for other passes. The cores are taken here, before the
+        hand-over, so a pass that comes meanwhile waits for them holding none, never for the wide
+        thread while holding what ``fn`` needs.
+        """
+        with self._cond:
+            if not self.cores or self._pending or self._running or self._waiting_alone or self._wide_busy \
+                    or self._free != self.cores:
+                return None
+            self._free, self._running, self._wide_busy = 0, 1, True
+
+        def held() -> R:
+            self._local.held = self.cores
+            try:
+                return fn()
+            finally:
+                self._release_held()
+
+        try:
+            return self._wide.submit(held)
+        except BaseException:  # closed: nothing runs, and the cores are free again
+            self._local.held = self.cores
+            self._release_held()
+            raise
+
     def lone_job(self, key: Hashable) -> LoneJob:
         """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
         return LoneJob(self, key)
@@ -223,6 +264,36 @@ class CorePool:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._wide.shutdown(wait=True)
+        self._lanes.shutdown(wait=True)
+
+    def _run_held(self, fn: Callable[[T], R], items: Sequence[T], shape: Shape | None, want: int | None) -> list[R]:
+        """``run`` inside ``run_alone``: the cores are this caller's already."""
+        held = int(self._local.held)
+        if shape is not None and shape.lanes * (want or 1) < held:
+            # Other passes may use what this shape leaves; they wait for the wide thread no more
+            # than before (``_wide_busy`` stays set), so nothing waits on what it holds.
+            with self._cond:
+                self._free += held - shape.lanes * (want or 1)
+                self._cond.notify_all()
+            held = self._local.held = shape.lanes * (want or 1)
+        if shape is not None and shape.lanes > 1:
+            rest = [self._lanes.submit(self._on_threads, fn, item, 1) for item in items[1:]]
+            try:
+                first = self._on_threads(fn, items[0], 1)
+            finally:
+                wait(rest)
+            return [first, *(f.result() for f in rest)]
+        threads = min(want or held, held)
+        self.widest = max(self.widest, threads)
+        return [self._on_threads(fn, item, threads) for item in items]
+
+    def _release_held(self) -> None:
+        held, self._local.held = int(self._local.held), 0
+        with self._cond:
+            self._free += held
+            self._running -= 1
+            self._wide_busy = False
+            self._cond.notify_all()
 
     def _one(self, fn: Callable[[T], R], item: T, tokens: int, alone: bool, want: int | None = None) -> R:
         threads = self._take(tokens, alone, want)

@@ -13,21 +13,24 @@ Heavy imports: torch, transformers and laya, inside methods only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
 from .packing import packed_disagrees, predict_packed
+
+R = TypeVar("R")
 
 __all__ = [
     "ANSWER_TOLERANCE",
@@ -94,6 +97,9 @@ class DecisionResult:
 
 
 class Engine(Protocol):
+    """What the micro-batcher and the app need of an engine. An engine may also offer
+    ``run_alone(model, fn)`` (see ``LayaEngine.run_alone``); the batcher uses it when present."""
+
     @property
     def models(self) -> Mapping[str, ModelIdentity]: ...
 
@@ -258,6 +264,7 @@ class LayaEngine:
         self._packed: dict[str, bool] = {}
         self._pool: CorePool | None = None
         self._inflight = 0           # predict calls running
+        self._reserved_alone = 0     # run_alone calls handed over and not finished (0 or 1)
         self.threads: int | None = None  # the cores forward passes share (None: torch left alone)
 
     @staticmethod
@@ -358,7 +365,8 @@ class LayaEngine:
             return []
         with self._lock:
             self._inflight += 1
-            alone = self._inflight == 1
+            # Alone: the only request in inference, or the one ``run_alone`` reserved every core for.
+            alone = (self._inflight == 1 and not self._reserved_alone) or pool.holding
         try:
             if self._packed.get(conf.name):
                 agent = self._agents[conf.name]
@@ -385,6 +393,39 @@ class LayaEngine:
                 threshold = request.min_confidence
                 apply_confidence_gate([result], dict(threshold) if isinstance(threshold, Mapping) else threshold)
         return [self._result(r) for r in results]
+
+    def run_alone(self, model: str, fn: Callable[[], R]) -> concurrent.futures.Future[R] | None:
+        """``fn()`` (which predicts one request on ``model``) on the core pool's wide thread holding
+        every core, when nothing else is in inference (``CorePool.run_alone``); None otherwise,
+        and the caller predicts as usual. Only for a packed model on the CPU with more than one
+        core: elsewhere the lone shapes do not apply."""
+        conf = self._configured.get(model) if isinstance(model, str) else None
+        pool = self._pool
+        if conf is None or pool is None or not self._ready or not self._packed.get(conf.name):
+            return None
+        agent = self._agents.get(conf.name)
+        if agent is None or agent.device.type != "cpu" or not pool.cores or pool.cores < 2:
+            return None
+        with self._lock:
+            if self._inflight or self._reserved_alone:
+                return None
+            self._reserved_alone += 1  # a predict that starts meanwhile is not alone
+
+        def reserved() -> R:
+            try:
+                return fn()
+            finally:
+                with self._lock:
+                    self._reserved_alone -= 1
+
+        future = None
+        try:
+            future = pool.run_alone(reserved)
+        finally:
+            if future is None:  # not handed over (the pool was busy, or closed): no reservation
+                with self._lock:
+                    self._reserved_alone -= 1
+        return future
 
     def close(self) -> None:
         with self._lock:

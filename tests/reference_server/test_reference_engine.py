@@ -425,6 +425,125 @@ def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_p
         pool.close()
 
 
+def test_a_request_alone_runs_on_the_wide_thread_holding_every_core() -> None:
+    import torch
+
+    from pytest_laya_reference.cores import TOKENS_PER_THREAD, CorePool, Shape
+
+    pool = CorePool(2)
+    seen: list[tuple[str, int]] = []  # (thread, torch threads) of each pass
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def one_pass(k: int) -> int:
+        with lock:
+            seen.append((threading.current_thread().name.rsplit("_", 1)[0], torch.get_num_threads()))
+        return k
+
+    def lone() -> list[list[int]]:
+        assert release.wait(10)
+        return [pool.run(one_pass, [1, 2], shape=Shape(2, 1)),  # side by side
+                pool.run(one_pass, [3], shape=Shape(1, 2)),     # on every core
+                pool.run(one_pass, [4])]                        # no shape: every core too
+
+    try:
+        held = pool.run_alone(lone)
+        assert held is not None and not pool.idle
+        assert pool.run_alone(lambda: None) is None  # the cores are taken
+        # Passes that come meanwhile wait for the cores, holding none (the deadlock a lone request
+        # on the wide thread once had: it waited for cores that such a pass held).
+        with ThreadPoolExecutor(2) as callers:
+            waiting = [callers.submit(pool.run, one_pass, [10 + k], tokens=[2 * TOKENS_PER_THREAD]) for k in range(2)]
+            time.sleep(0.05)
+            assert not any(w.done() for w in waiting)
+            release.set()
+            assert held.result(timeout=30) == [[1, 2], [3], [4]]
+            assert [w.result(timeout=30) for w in waiting] == [[10], [11]]
+        assert seen[:4] == [("laya-wide", 1), ("laya-lane", 1), ("laya-wide", 2), ("laya-wide", 2)] or \
+            seen[:4] == [("laya-lane", 1), ("laya-wide", 1), ("laya-wide", 2), ("laya-wide", 2)]
+        assert pool.idle and pool.run_alone(lambda: 7).result(timeout=30) == 7  # type: ignore[union-attr]
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_a_lone_request_on_one_thread_leaves_the_other_core_to_other_passes() -> None:
+    from pytest_laya_reference.cores import TOKENS_PER_THREAD, CorePool, Shape
+
+    pool = CorePool(2)
+    caller = ThreadPoolExecutor(1)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_pass(k: int) -> int:
+        inside.set()
+        assert release.wait(10)
+        return k
+
+    try:
+        held = pool.run_alone(lambda: pool.run(slow_pass, [1], shape=Shape(1, 1)))
+        assert held is not None and inside.wait(10)
+        # One core is left: a one-thread pass runs now, while the lone one still holds the other.
+        other = caller.submit(pool.run, lambda k: k, [2], tokens=[2 * TOKENS_PER_THREAD])
+        assert other.result(timeout=10) == [2]
+        release.set()
+        assert held.result(timeout=30) == [1]
+        assert pool.idle and pool.widest == 1
+    finally:
+        release.set()
+        caller.shutdown()
+        pool.close()
+
+def test_one_client_at_a_time_runs_on_the_thread_of_its_pass_and_busy_ones_do_not(
+        checkpoint_dir: str, singles: list[DecisionResult], monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = LayaEngine({"tiny": checkpoint_dir}, device="cpu", threads=2, passes=2)
+    engine.load()
+    try:
+        threads: list[str] = []
+        original = engine._agents["tiny"]._forward
+
+        def recording(batch: dict[str, Any]) -> Any:
+            threads.append(threading.current_thread().name.rsplit("_", 1)[0])
+            return original(batch)
+
+        monkeypatch.setattr(engine._agents["tiny"], "_forward", recording)
+        handed: list[bool] = []  # each run_alone call: whether it took the request
+        run_alone = engine.run_alone
+
+        def counting_run_alone(model: str, fn: Any) -> Any:
+            future = run_alone(model, fn)
+            handed.append(future is not None)
+            return future
+
+        monkeypatch.setattr(engine, "run_alone", counting_run_alone)
+
+        async def lone_then_many() -> tuple[Timed, list[Timed]]:
+            batcher = MicroBatcher(engine, max_batch=4, window_ms=0, passes=2)
+            try:
+                await batcher.submit("tiny", DecisionRequest(*PARITY_CASES[1]))
+                assert handed == []  # the first one: not known to be one client at a time yet
+                threads.clear()
+                first = await batcher.submit("tiny", DecisionRequest(*PARITY_CASES[0]))  # one client at a time
+                lone_threads = list(threads)
+                threads.clear()
+                many = await asyncio.wait_for(asyncio.gather(*(
+                    batcher.submit("tiny", DecisionRequest(*PARITY_CASES[i % len(PARITY_CASES)])) for i in range(12))), 120)
+                threads.insert(0, ",".join(lone_threads))
+                return first, many
+            finally:
+                await batcher.aclose()
+
+        first, many = asyncio.run(lone_then_many())
+        lone_threads = threads.pop(0).split(",")
+        assert handed[0] is True and "laya-wide" in lone_threads and set(lone_threads) <= {"laya-wide", "laya-lane"}
+        assert first.result == singles[0]
+        for i, timed in enumerate(many):
+            assert _max_diff(timed.result.answers, singles[i % len(PARITY_CASES)].answers) <= TOL
+        assert engine._pool is not None and engine._pool.idle
+        monkeypatch.setattr(engine, "_inflight", 1)  # another decision in inference: not alone
+        assert run_alone("tiny", lambda: None) is None
+    finally:
+        engine.close()
+
 def test_a_failed_pass_fails_the_call_after_the_others_end() -> None:
     from pytest_laya_reference.cores import CorePool
 
