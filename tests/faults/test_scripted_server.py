@@ -28,6 +28,7 @@ from pytest_laya.faults import (
     free_loopback_port,
 )
 from pytest_laya.faults._http11 import RawConnection
+from tests.helpers.servers import PLAIN_HTTP
 
 # trust_env=False: a proxy set in the environment must never sit between client and server.
 TIMEOUT = httpx.Timeout(5.0)
@@ -35,7 +36,7 @@ TIMEOUT = httpx.Timeout(5.0)
 
 def client(**kwargs: object) -> httpx.Client:
     kwargs.setdefault("timeout", TIMEOUT)
-    return httpx.Client(trust_env=False, **kwargs)  # type: ignore[arg-type]
+    return httpx.Client(trust_env=False, verify=PLAIN_HTTP, **kwargs)  # type: ignore[arg-type]
 
 
 def wait_until_up(url: str, limit_s: float = 3.0) -> tuple[httpx.Response, float]:
@@ -453,7 +454,7 @@ def test_async_client_with_the_event_loop_in_the_main_thread() -> None:
     """Two concurrent delayed requests overlap: connections are served on separate threads."""
 
     async def main(url: str) -> tuple[list[httpx.Response], float]:
-        async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT) as ac:
+        async with httpx.AsyncClient(trust_env=False, timeout=TIMEOUT, verify=PLAIN_HTTP) as ac:
             started = time.monotonic()
             responses = await asyncio.gather(ac.get(url + "/1"), ac.get(url + "/2"))
             return list(responses), time.monotonic() - started

@@ -30,6 +30,14 @@ READY_TIMEOUT_S = 120.0
 PLAIN_HTTP = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
+def plain_http(method: str, url: str, **kwargs: Any) -> Any:
+    """``httpx.request(method, url, **kwargs)`` to a plain-http loopback server, on a fresh
+    connection as httpx's own, without loading the CA bundle (`PLAIN_HTTP`)."""
+    import httpx
+
+    return httpx.request(method, url, verify=PLAIN_HTTP, **kwargs)
+
+
 @contextlib.contextmanager
 def serve_app(app: Any) -> Iterator[Any]:
     """Serve a reference-server app (`pytest_laya_reference.app.create_app(...)`) until the block ends."""

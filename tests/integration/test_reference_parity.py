@@ -20,7 +20,7 @@ from tests.helpers.recorded import LAYA_SERVE, recordings
 laya = pytest.importorskip("laya", reason="needs the reference extra")
 from pytest_laya_reference.settings import ServerSettings  # noqa: E402
 from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
-from tests.helpers.servers import reference_server  # noqa: E402
+from tests.helpers.servers import plain_http, reference_server  # noqa: E402
 
 TOLERANCE = 1e-4
 RECORDED = [r for r in recordings(LAYA_SERVE) if r.status == 200 and r.path == "/v1/systemone" and r.request
@@ -73,33 +73,33 @@ def in_process():
 
 @pytest.mark.parametrize("rec", RECORDED, ids=lambda r: r.id)
 def test_answers_equal_what_laya_serve_recorded(reference, rec):
-    body = conforming(httpx.post(reference.url + "/v1/systemone", json=rec.request, timeout=30), "/v1/systemone")
+    body = conforming(plain_http("POST", reference.url + "/v1/systemone", json=rec.request, timeout=30), "/v1/systemone")
     assert_same(body["answers"], rec.body["answers"])
     assert body["usage"]["input_tokens"] == rec.body["usage"]["input_tokens"]
 
 
 @pytest.mark.parametrize("request_body", REQUESTS, ids=range(len(REQUESTS)))
 def test_answers_equal_in_process_predict(reference, in_process, request_body):
-    body = conforming(httpx.post(reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
+    body = conforming(plain_http("POST", reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
     assert_same(body["answers"], in_process.predict(request_body["state"], request_body["questions"])["answers"])
 
 
 def test_answers_equal_live_laya_serve_on_the_same_bytes(reference, laya_serves):
     laya_serve = laya_serves()
     for request_body in REQUESTS:
-        theirs = httpx.post(laya_serve.url + "/v1/systemone", json={**request_body, "model": "tiny"}, timeout=30).json()
-        ours = conforming(httpx.post(reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
+        theirs = plain_http("POST", laya_serve.url + "/v1/systemone", json={**request_body, "model": "tiny"}, timeout=30).json()
+        ours = conforming(plain_http("POST", reference.url + "/v1/systemone", json=request_body, timeout=30), "/v1/systemone")
         assert_same(ours["answers"], theirs["answers"])
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(reference):
-    singles = [conforming(httpx.post(reference.url + "/v1/systemone", json=r, timeout=30), "/v1/systemone") for r in REQUESTS]
+    singles = [conforming(plain_http("POST", reference.url + "/v1/systemone", json=r, timeout=30), "/v1/systemone") for r in REQUESTS]
     many = REQUESTS * 4
     with concurrent.futures.ThreadPoolExecutor(len(many)) as pool:
-        replies = list(pool.map(lambda r: httpx.post(reference.url + "/v1/systemone", json=r, timeout=30), many))
+        replies = list(pool.map(lambda r: plain_http("POST", reference.url + "/v1/systemone", json=r, timeout=30), many))
     for i, reply in enumerate(replies):
         assert_same(conforming(reply, "/v1/systemone")["answers"], singles[i % len(REQUESTS)]["answers"])
-    batch = conforming(httpx.post(reference.url + "/v1/systemone/batch",
+    batch = conforming(plain_http("POST", reference.url + "/v1/systemone/batch",
                                   json={"states": [REQUESTS[0]["state"], REQUESTS[1]["state"]],
                                         "questions": REQUESTS[0]["questions"]}, timeout=30), "/v1/systemone/batch")
     assert_same(batch["results"][0]["answers"], singles[0]["answers"])
@@ -112,7 +112,7 @@ def test_concurrent_requests_with_different_question_sets_share_forward_passes(m
     settings = ServerSettings(batch_window_ms=500, passes=1, max_batch=16)
     with reference_server(settings, device="cpu") as server:
         url = server.url + "/v1/systemone"
-        singles = [conforming(httpx.post(url, json=b, timeout=30), "/v1/systemone") for b in bodies]
+        singles = [conforming(plain_http("POST", url, json=b, timeout=30), "/v1/systemone") for b in bodies]
         agent = server.app.state.server.engine._agents["tiny"]
         rows: list[int] = []
         forward = agent._forward
@@ -123,7 +123,7 @@ def test_concurrent_requests_with_different_question_sets_share_forward_passes(m
 
         monkeypatch.setattr(agent, "_forward", counting)
         with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-            replies = list(pool.map(lambda b: httpx.post(url, json=b, timeout=30), bodies))
+            replies = list(pool.map(lambda b: plain_http("POST", url, json=b, timeout=30), bodies))
     for reply, single in zip(replies, singles):
         body = conforming(reply, "/v1/systemone")
         assert_same(body["answers"], single["answers"])
@@ -154,9 +154,9 @@ def test_the_command_line_serves_the_embedded_checkpoint():
         line = proc.stdout.readline().strip()
         assert line.startswith("laya-reference-server ready at http://127.0.0.1:"), line
         url = line.rsplit(" ", 1)[-1]
-        assert httpx.get(url + "/livez").json() == {"status": "ok"}
-        assert httpx.post(url + "/v1/systemone", json=REQUESTS[0], timeout=30).status_code == 401
-        ok = httpx.post(url + "/v1/systemone", json=REQUESTS[0], headers={"Authorization": "Bearer sk-cli-canary"}, timeout=30)
+        assert plain_http("GET", url + "/livez").json() == {"status": "ok"}
+        assert plain_http("POST", url + "/v1/systemone", json=REQUESTS[0], timeout=30).status_code == 401
+        ok = plain_http("POST", url + "/v1/systemone", json=REQUESTS[0], headers={"Authorization": "Bearer sk-cli-canary"}, timeout=30)
         assert ok.status_code == 200
     finally:
         proc.terminate()

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from pytest_laya import Spec
-from tests.helpers.servers import reference_server
+from tests.helpers.servers import plain_http, reference_server
 
 pytest.importorskip("laya", reason="needs the reference extra: pip install -e '.[reference]'")
 from pytest_laya_reference.settings import ServerSettings  # noqa: E402
@@ -76,7 +76,7 @@ def strict():
 
 @pytest.mark.parametrize("body", [REQUESTS[0], REQUESTS[2]], ids=["plain", "long_state"])
 def test_every_strict_answer_is_what_a_strict_jev_client_accepts(strict, body):
-    response = httpx.post(strict + "/v1/systemone", json=body, timeout=60)
+    response = plain_http("POST", strict + "/v1/systemone", json=body, timeout=60)
     assert response.status_code == 200
     jsonschema.validate(response.json(), JEV_RESPONSE)
     assert isinstance(response.json()["latency_ms"], int)
@@ -91,7 +91,7 @@ def test_every_strict_answer_is_what_a_strict_jev_client_accepts(strict, body):
 def test_strict_mode_refuses_min_confidence_saying_why(strict, path, body):
     # Jev's shape has no member for the gate's verdict (low_confidence, abstention): answering 200
     # would drop the control silently (issue 31), and a control is honoured or refused.
-    response = httpx.post(strict + path, json=body, timeout=60)
+    response = plain_http("POST", strict + path, json=body, timeout=60)
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
     problem = response.json()
@@ -102,7 +102,7 @@ def test_strict_mode_refuses_min_confidence_saying_why(strict, path, body):
 
 
 def test_strict_batch_results_are_shaped_the_same(strict):
-    response = httpx.post(strict + "/v1/systemone/batch", json={"states": [STATE, "The app crashes."],
+    response = plain_http("POST", strict + "/v1/systemone/batch", json={"states": [STATE, "The app crashes."],
                                                                   "questions": QUESTIONS}, timeout=60)
     assert response.status_code == 200
     jsonschema.validate(response.json(), JEV_BATCH)
@@ -111,8 +111,8 @@ def test_strict_batch_results_are_shaped_the_same(strict):
 
 def test_strict_mode_keeps_every_value_of_the_default_answer(strict):
     with reference_server() as default:
-        full = httpx.post(default.url + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
-    shaped = httpx.post(strict + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
+        full = plain_http("POST", default.url + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
+    shaped = plain_http("POST", strict + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
     assert "latency_ms" not in full and "routing" in full
     for qid, answer in shaped["answers"].items():
         assert answer == {k: full["answers"][qid][k] for k in answer}, qid
@@ -123,8 +123,8 @@ def test_the_default_answer_meets_both_specs_but_not_a_strict_jev_client():
     # The strict check above can fail: laya's own additions break a client that refuses unknown
     # fields. The default answer still meets the current spec, so today's clients read it.
     with reference_server() as default:
-        response = httpx.post(default.url + "/v1/systemone", json=REQUESTS[1], timeout=60)
-        batch = httpx.post(default.url + "/v1/systemone/batch", json={"states": [STATE], "questions": QUESTIONS},
+        response = plain_http("POST", default.url + "/v1/systemone", json=REQUESTS[1], timeout=60)
+        batch = plain_http("POST", default.url + "/v1/systemone/batch", json={"states": [STATE], "questions": QUESTIONS},
                            timeout=60)
     meets_both_specs(response, "/v1/systemone")
     meets_both_specs(batch, "/v1/systemone/batch")
@@ -140,7 +140,7 @@ def test_the_command_line_turns_strict_mode_on(args, env):
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("laya-reference-server ready at "), line
-        body = httpx.post(line.rsplit(" ", 1)[-1] + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
+        body = plain_http("POST", line.rsplit(" ", 1)[-1] + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
     finally:
         proc.terminate()
         proc.communicate(timeout=30)

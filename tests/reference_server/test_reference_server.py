@@ -22,6 +22,7 @@ from pytest_laya_reference.app import create_app
 from pytest_laya_reference.serving import ServerThread
 from pytest_laya_reference.settings import Limits, ServerSettings
 from tests.helpers.scripted_engine import ScriptedEngine
+from tests.helpers.servers import plain_http
 
 KEY = "sk-reference-canary-42"
 STATE = "I was charged twice for my order. Please refund the duplicate today."
@@ -65,7 +66,7 @@ def keyed():
 
 
 def post(url, body=None, *, content=None, headers=None, path="/v1/systemone"):
-    return httpx.post(url + path, json=body if content is None else None, content=content, headers=headers, timeout=10)
+    return plain_http("POST", url + path, json=body if content is None else None, content=content, headers=headers, timeout=10)
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def test_request_ids_are_echoed_or_generated(plain):
     assert 1 <= len(generated.headers["x-request-id"]) <= 128
     invalid = conforms(post(plain.url, BODY, headers={"X-Request-Id": "x" * 129}))
     assert invalid.headers["x-request-id"] != "x" * 129
-    missing = httpx.get(plain.url + "/nowhere")
+    missing = plain_http("GET", plain.url + "/nowhere")
     assert missing.status_code == 404 and missing.headers["x-request-id"]
 
 
@@ -121,7 +122,7 @@ def test_an_invalid_traceparent_starts_no_continued_trace(plain, header):
 
 def test_two_traceparent_headers_are_invalid(plain):
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    r = conforms(httpx.post(plain.url + "/v1/systemone", json=BODY,
+    r = conforms(plain_http("POST", plain.url + "/v1/systemone", json=BODY,
                             headers=[("traceparent", parent), ("traceparent", parent)]))
     assert r.status_code == 200 and "traceparent" not in r.headers
 
@@ -142,7 +143,7 @@ def test_an_unknown_path_is_a_problem_404_and_never_a_redirect(plain, path):
     # Starlette's trailing-slash redirect answered 307 with a Location built from the client's
     # Host header; the server now answers every path itself.
     for method in ("GET", "POST"):
-        r = httpx.request(method, plain.url + path, json=BODY, headers={"Host": "attacker.example"},
+        r = plain_http(method, plain.url + path, json=BODY, headers={"Host": "attacker.example"},
                           follow_redirects=False)
         problem = _problem(r, 404, "not_found")
         assert "location" not in r.headers and "attacker" not in r.text
@@ -155,7 +156,7 @@ def test_an_unknown_path_is_a_problem_404_and_never_a_redirect(plain, path):
                                                        ("POST", "/livez", "GET, HEAD"),
                                                        ("DELETE", "/health", "GET, HEAD")])
 def test_a_wrong_method_is_a_problem_405_with_allow(plain, method, path, allow):
-    r = httpx.request(method, plain.url + path)
+    r = plain_http(method, plain.url + path)
     _problem(r, 405, "method_not_allowed")
     assert set(r.headers["allow"].split(", ")) == set(allow.split(", "))
 
@@ -168,21 +169,21 @@ def test_batch_answers_every_state_in_order(plain):
 
 
 def test_probes(plain):
-    assert conforms(httpx.get(plain.url + "/livez")).json() == {"status": "ok"}
-    health = conforms(httpx.get(plain.url + "/health")).json()
+    assert conforms(plain_http("GET", plain.url + "/livez")).json() == {"status": "ok"}
+    health = conforms(plain_http("GET", plain.url + "/health")).json()
     assert health["ready"] is True and health["models"]["tiny"]["checkpoint"] == "scripted"
     assert health["limits"] == Limits().to_json()
-    assert conforms(httpx.get(plain.url + "/readyz")).json() == health
+    assert conforms(plain_http("GET", plain.url + "/readyz")).json() == health
 
 
 def test_every_response_claims_the_target_spec(plain, keyed):
     # The claim the server contract and the plugin read (pytest_laya.servers.claimed_spec_of).
-    responses = [post(plain.url, BODY), httpx.get(plain.url + "/health"), httpx.get(plain.url + "/livez"),
-                 httpx.get(plain.url + "/nowhere"), post(plain.url, content=b"{", headers={"Content-Type": "application/json"}),
-                 post(keyed.url, BODY), httpx.get(keyed.url + "/health")]
+    responses = [post(plain.url, BODY), plain_http("GET", plain.url + "/health"), plain_http("GET", plain.url + "/livez"),
+                 plain_http("GET", plain.url + "/nowhere"), post(plain.url, content=b"{", headers={"Content-Type": "application/json"}),
+                 post(keyed.url, BODY), plain_http("GET", keyed.url + "/health")]
     assert [r.headers.get("laya-spec") for r in responses] == ["target"] * len(responses)
-    assert httpx.get(plain.url + "/health").json()["spec"] == "target"
-    assert "spec" not in httpx.get(keyed.url + "/health").json()  # liveness only, without the token
+    assert plain_http("GET", plain.url + "/health").json()["spec"] == "target"
+    assert "spec" not in plain_http("GET", keyed.url + "/health").json()  # liveness only, without the token
 
 
 # -- refusals -----------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(plain):
 
 def test_the_request_token_budget_is_advertised_and_holds(plain):
     # 64 questions at max_len 8192 asked for a minute of inference on the tiny checkpoint.
-    budget = conforms(httpx.get(plain.url + "/health")).json()["limits"]["max_request_tokens"]
+    budget = conforms(plain_http("GET", plain.url + "/health")).json()["limits"]["max_request_tokens"]
     assert budget == Limits().max_request_tokens == 64 * 512
     noul = QUESTIONS["refund"]
     at_the_bound = {"state": "x", "questions": {f"q{i}": noul for i in range(budget // 8192)}, "max_len": 8192}
@@ -290,7 +291,7 @@ def test_the_bearer_scheme_is_case_insensitive(keyed, scheme):
     [("Authorization", KEY)],
 ], ids=["two-headers", "no-space", "tab", "no-scheme"])
 def test_a_token_not_sent_as_one_bearer_credential_is_401(keyed, headers):
-    r = conforms(httpx.post(keyed.url + "/v1/systemone", json=BODY, headers=headers))
+    r = conforms(plain_http("POST", keyed.url + "/v1/systemone", json=BODY, headers=headers))
     assert (r.status_code, r.json()["code"]) == (401, "unauthorized")
 
 
@@ -324,9 +325,9 @@ def test_the_command_line_refuses_to_start_with_a_key_that_opens_or_locks_it(arg
 
 
 def test_health_shows_liveness_only_without_the_token(keyed):
-    assert conforms(httpx.get(keyed.url + "/health")).json() == {"status": "ok"}
-    assert conforms(httpx.get(keyed.url + "/readyz")).json() == {"status": "ok"}
-    full = conforms(httpx.get(keyed.url + "/health", headers={"Authorization": "Bearer " + KEY})).json()
+    assert conforms(plain_http("GET", keyed.url + "/health")).json() == {"status": "ok"}
+    assert conforms(plain_http("GET", keyed.url + "/readyz")).json() == {"status": "ok"}
+    full = conforms(plain_http("GET", keyed.url + "/health", headers={"Authorization": "Bearer " + KEY})).json()
     assert full["ready"] is True
     assert conforms(post(keyed.url, BODY, headers={"Authorization": "Bearer " + KEY})).status_code == 200
 
@@ -336,12 +337,12 @@ def test_health_shows_liveness_only_without_the_token(keyed):
 def test_not_ready_until_the_engine_is_warm_while_livez_answers():
     gate = threading.Event()
     with serve(ScriptedEngine(ready_gate=gate)) as server:
-        assert conforms(httpx.get(server.url + "/livez")).status_code == 200
-        r = conforms(httpx.get(server.url + "/readyz"))
+        assert conforms(plain_http("GET", server.url + "/livez")).status_code == 200
+        r = conforms(plain_http("GET", server.url + "/readyz"))
         assert (r.status_code, r.json()["code"]) == (503, "not_ready") and r.headers["retry-after"] == "1"
         r = conforms(post(server.url, BODY))
         assert (r.status_code, r.json()["code"]) == (503, "not_ready")
-        assert conforms(httpx.get(server.url + "/health")).json()["ready"] is False
+        assert conforms(plain_http("GET", server.url + "/health")).json()["ready"] is False
         gate.set()
         wait_ready(server.url)
         assert conforms(post(server.url, BODY)).status_code == 200
@@ -477,7 +478,7 @@ def test_livez_does_not_wait_for_inference():
         busy.start()
         time.sleep(0.3)
         started = time.monotonic()
-        assert httpx.get(server.url + "/livez").status_code == 200
+        assert plain_http("GET", server.url + "/livez").status_code == 200
         elapsed = time.monotonic() - started
         busy.join()
     assert elapsed < 1.0

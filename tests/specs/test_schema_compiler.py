@@ -8,6 +8,7 @@ import enum
 import fractions
 import json
 import random
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,27 +32,43 @@ CHECKS = {name: func for name, (func, _raises) in _formats.checkers.items()}
 URI = "urn:test:schema-compiler"
 
 
+def _ref(validator: Any, ref: str, instance: Any, schema: Any) -> Iterator[Any]:
+    resolver = validator._resolver
+    lookups = _LOOKUPS.get(id(resolver))
+    if lookups is None:  # dropped with its resolver, so the module keeps no judge's resolvers alive
+        lookups = _LOOKUPS[id(resolver)] = {}
+        weakref.finalize(resolver, _LOOKUPS.pop, id(resolver), None)
+    if ref not in lookups:
+        lookups[ref] = resolver.lookup(ref)
+    resolved = lookups[ref]
+    yield from validator.descend(instance, resolved.contents, resolver=resolved.resolver)
+
+
+#: id(resolver) -> {reference: what it resolves to}, while that resolver lives.
+_LOOKUPS: dict[int, dict[str, Any]] = {}
+#: jsonschema's Draft 2020-12 validator with that `$ref`: one class for the module (building a
+#: validator class is an attrs class build, about 10 ms, which each reference paid).
+_JUDGE = validators.extend(Draft202012Validator, {"$ref": _ref})
+#: id(document) -> (document, its crawled registry), for the specs' documents only, which are
+#: judged under many pointers and never changed (a test may change its own between judgements).
+_SPEC_REGISTRIES: dict[int, tuple[Any, Registry]] = {}
+
+
 def reference(document: Any, pointer: str) -> Draft202012Validator:
     """What specs.py does: the whole document as one resource, a $ref to the pointer.
 
     jsonschema judges; only the lookup behind its `$ref` is done once per resolver and
-    reference (parsing the URI, walking the pointer: a third of the mutation checks' time). With
-    no `$id` or `$dynamicRef` in these documents, a reference always resolves to the same place.
+    reference (parsing the URI, walking the pointer: a third of the mutation checks' time), and
+    a spec document's registry is built once. With no `$id` or `$dynamicRef` in these documents, a
+    reference always resolves to the same place.
     """
-    resource = Resource.from_contents(document, default_specification=DRAFT202012)
-    registry = Registry().with_resource(URI, resource).crawl()
-    lookups: dict[tuple[int, str], Any] = {}
-
-    def ref(validator: Any, ref: str, instance: Any, schema: Any) -> Iterator[Any]:
-        resolver = validator._resolver
-        key = (id(resolver), ref)
-        if key not in lookups:
-            lookups[key] = (resolver, resolver.lookup(ref))  # the resolver kept alive: its id stays its own
-        resolved = lookups[key][1]
-        yield from validator.descend(instance, resolved.contents, resolver=resolved.resolver)
-
-    judge = validators.extend(Draft202012Validator, {"$ref": ref})
-    return judge({"$ref": f"{URI}#{pointer}"}, registry=registry, format_checker=_formats)
+    known = _SPEC_REGISTRIES.get(id(document))
+    if known is None or known[0] is not document:
+        resource = Resource.from_contents(document, default_specification=DRAFT202012)
+        known = (document, Registry().with_resource(URI, resource).crawl())
+        if any(document is spec.document for spec in SPECS.values()):
+            _SPEC_REGISTRIES[id(document)] = known
+    return _JUDGE({"$ref": f"{URI}#{pointer}"}, registry=known[1], format_checker=_formats)
 
 
 def pair(document: Any, pointer: str):

@@ -25,6 +25,7 @@ laya = pytest.importorskip("laya", reason="needs the reference extra (laya[serve
 from laya.mcp.remote import RemoteError, RemoteRouter  # noqa: E402
 
 from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir  # noqa: E402
+from tests.helpers.servers import plain_http  # noqa: E402
 
 TOLERANCE = 1e-4
 # About 900 tokens: past the tiny checkpoint's own 512-token window, so every window changes it.
@@ -74,7 +75,7 @@ def in_process():
 
 
 def post(url: str, body: dict, *, spec: Spec, path: str = "/v1/systemone") -> httpx.Response:
-    response = httpx.post(url + path, json=body, timeout=60)
+    response = plain_http("POST", url + path, json=body, timeout=60)
     violations = spec.violations("POST", urlsplit(str(response.request.url)).path, response.status_code,
                                  response.headers, response.content)
     assert violations == [], "\n".join(map(str, violations))
