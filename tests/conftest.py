@@ -107,7 +107,6 @@ def laya_serves(request, tmp_path_factory):
 SLOWEST_FIRST = (
     "tests/cassettes/test_shipped_cassettes.py::test_verify_passes_against_the_reference_and_laya_serve_servers",
     "tests/reference_server/test_hostile_input.py::test_memory_returns_near_its_level_after_rounds_of_large_requests",
-    "tests/cassettes/test_round_trip_property.py::test_a_replayed_answer_is_the_served_one_outside_the_volatile_places",
     "tests/cassettes/test_shipped_cassettes.py::test_re_recording_the_reference_cassettes_changes_nothing",
     "tests/specs/test_schema_compiler.py::test_recorded_bodies_and_their_mutations_agree_on_their_own_schemas",
     "tests/integration/test_downstream_example.py::test_the_downstream_example_passes_from_the_wheel_in_a_fresh_environment",
