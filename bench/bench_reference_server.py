@@ -1066,7 +1066,8 @@ def main(argv: list[str] | None = None) -> int:
         if not run_round(round_no, args, checkpoint, ref_args, workload, results, raw, retried):
             return 1
     for spec in plan(args):
-        for name in ("laya-serve", "reference", "floor", "floor-1t", "floor-2t", "floor-batch", "floor-engine"):
+        for name in ("laya-serve", "reference", "floor", "floor-1t", "floor-2t", "floor-2t-laya", "floor-batch",
+                     "floor-batch-laya", "floor-engine"):
             if (name, spec) in raw:
                 cell = build_cell(name, spec, args.concurrency, raw[(name, spec)], retried.get((name, spec), 0))
                 results["cells"].append(asdict(cell))
