@@ -248,13 +248,13 @@ class CorePool:
             try:
                 return fn()
             finally:
-                self._release_held()
+                self._release_held(self._local.held)
+                self._local.held = 0
 
         try:
             return self._wide.submit(held)
         except BaseException:  # closed: nothing runs, and the cores are free again
-            self._local.held = self.cores
-            self._release_held()
+            self._release_held(self.cores)
             raise
 
     def lone_job(self, key: Hashable) -> LoneJob:
@@ -269,13 +269,14 @@ class CorePool:
     def _run_held(self, fn: Callable[[T], R], items: Sequence[T], shape: Shape | None, want: int | None) -> list[R]:
         """``run`` inside ``run_alone``: the cores are this caller's already."""
         held = int(self._local.held)
-        if shape is not None and shape.lanes * (want or 1) < held:
+        needs = shape.lanes * (want or 1) if shape is not None else held
+        if needs < held:
             # Other passes may use what this shape leaves; they wait for the wide thread no more
             # than before (``_wide_busy`` stays set), so nothing waits on what it holds.
             with self._cond:
-                self._free += held - shape.lanes * (want or 1)
+                self._free += held - needs
                 self._cond.notify_all()
-            held = self._local.held = shape.lanes * (want or 1)
+            held = self._local.held = needs
         if shape is not None and shape.lanes > 1:
             rest = [self._lanes.submit(self._on_threads, fn, item, 1) for item in items[1:]]
             try:
@@ -287,8 +288,7 @@ class CorePool:
         self.widest = max(self.widest, threads)
         return [self._on_threads(fn, item, threads) for item in items]
 
-    def _release_held(self) -> None:
-        held, self._local.held = int(self._local.held), 0
+    def _release_held(self, held: int) -> None:
         with self._cond:
             self._free += held
             self._running -= 1

@@ -371,7 +371,7 @@ class LayaEngine:
             if self._packed.get(conf.name):
                 agent = self._agents[conf.name]
                 rows = [(r.state, _plain_questions(r.questions), _overrides(r)) for r in requests]
-                if alone and pool.cores and pool.cores > 1 and agent.device.type == "cpu":
+                if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
                     job = pool.lone_job(conf.name)
                     results = predict_packed(agent, rows, job.run, job.lanes)
@@ -401,10 +401,8 @@ class LayaEngine:
         core: elsewhere the lone shapes do not apply."""
         conf = self._configured.get(model) if isinstance(model, str) else None
         pool = self._pool
-        if conf is None or pool is None or not self._ready or not self._packed.get(conf.name):
-            return None
-        agent = self._agents.get(conf.name)
-        if agent is None or agent.device.type != "cpu" or not pool.cores or pool.cores < 2:
+        if conf is None or pool is None or not self._ready or not self._packed.get(conf.name) \
+                or not self._lone_shapes_apply(conf, pool):
             return None
         with self._lock:
             if self._inflight or self._reserved_alone:
@@ -426,6 +424,12 @@ class LayaEngine:
                 with self._lock:
                     self._reserved_alone -= 1
         return future
+
+    def _lone_shapes_apply(self, conf: _Configured, pool: CorePool) -> bool:
+        """Whether a lone request on this packed model runs in a measured shape (``LoneJob``):
+        on the CPU, with more than one core to shape."""
+        agent = self._agents.get(conf.name)
+        return agent is not None and agent.device.type == "cpu" and pool.cores is not None and pool.cores > 1
 
     def close(self) -> None:
         with self._lock:
