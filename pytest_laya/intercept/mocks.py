@@ -7,10 +7,8 @@ reads them when the switchboard decides where a request goes.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["answered_by_a_mock", "transport_running"]
@@ -41,12 +39,19 @@ def answered_by_a_mock() -> bool:
 
 
 
-@contextlib.contextmanager
-def transport_running(transport: Any, mock_handler: bool) -> Iterator[None]:
-    """Note `transport` (and whether a mock library's handler answers for it) while its handler runs."""
-    tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(mock_handler)
-    try:
-        yield
-    finally:
-        MOCK_HANDLER.reset(tokens[1])
-        TRANSPORT.reset(tokens[0])
+class transport_running:  # noqa: N801 -- used as a function: `with transport_running(...)`
+    """Note `transport` (and whether a mock library's handler answers for it) while its handler runs.
+
+    A plain context manager, not a generator: every replayed request passes through one."""
+
+    __slots__ = ("_mock_handler", "_tokens", "_transport")
+
+    def __init__(self, transport: Any, mock_handler: bool) -> None:
+        self._transport, self._mock_handler = transport, mock_handler
+
+    def __enter__(self) -> None:
+        self._tokens = TRANSPORT.set(self._transport), MOCK_HANDLER.set(self._mock_handler)
+
+    def __exit__(self, *exc: object) -> None:
+        MOCK_HANDLER.reset(self._tokens[1])
+        TRANSPORT.reset(self._tokens[0])

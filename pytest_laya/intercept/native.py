@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pytest_laya.intercept.mocks import MOCK_HANDLER, TRANSPORT, transport_running
+from pytest_laya.intercept.mocks import transport_running
 from pytest_laya.intercept.request import Headers, Request
 
 __all__ = ["install", "ours"]
@@ -77,9 +77,7 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
         board = _active()
         if board is None:
             return original(transport, request)
-        # `mocks.transport_running`, inline: every replayed request passes here.
-        tokens = TRANSPORT.set(transport), MOCK_HANDLER.set(False)
-        try:
+        with transport_running(transport, False):
             body = request.read()  # the body as bytes, its stream a ByteStream of them from now on
             ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
@@ -93,9 +91,6 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
             response.stream = httpx.ByteStream(content)
             route.append(ours_, _serialized(response, content))
             return response
-        finally:
-            MOCK_HANDLER.reset(tokens[1])
-            TRANSPORT.reset(tokens[0])
     return handle_request
 
 

@@ -88,6 +88,18 @@ class SpecCheck:
         # Whether each spec describes a (method, path, status): asked of every exchange.
         self._described: dict[tuple[str, str, str, int], bool] = {}
 
+    def _fixed_claim(self, server: Any) -> tuple[str, str] | None:
+        """The claim that holds for every exchange of `server`, if one does (else each response says)."""
+        chosen = self.run.spec_document
+        if chosen is not None:
+            return chosen.value, f"--laya-spec {chosen} was given"
+        known = SpecName.document(server.spec)
+        if known is None:
+            return None
+        if server.kind.replays:
+            return known.value, "its cassette was recorded under it"
+        return known.value, f"a {server.kind} server implements it"
+
     def claim(self, exchange: Exchange) -> tuple[str, str]:
         """(spec, why) for one exchange."""
         from pytest_laya.servers.claimed_spec import claimed_spec_of
@@ -96,17 +108,10 @@ class SpecCheck:
         fixed = self._fixed
         if fixed is not None and fixed[0] is server:
             return fixed[1]
-        chosen = self.run.spec_document
-        if chosen is not None:
-            self._fixed = (server, (chosen.value, f"--laya-spec {chosen} was given"))
-            return self._fixed[1]
-        known = SpecName.document(server.spec)
-        if known is not None:
-            if server.kind.replays:
-                self._fixed = (server, (known.value, "its cassette was recorded under it"))
-            else:
-                self._fixed = (server, (known.value, f"a {server.kind} server implements it"))
-            return self._fixed[1]
+        fixed_claim = self._fixed_claim(server)
+        if fixed_claim is not None:
+            self._fixed = (server, fixed_claim)
+            return fixed_claim
         health = self.run.health_of(server) if not server.kind.replays else None
         claim = claimed_spec_of(exchange.headers, health)
         return claim.name, claim.of("the server")

@@ -76,8 +76,7 @@ class _Tally:
         self.violations += violations.total if isinstance(violations, Violations) else len(violations)
         self.operations[operation] = self.operations.get(operation, True) and not violations
         broken = {v.where.split("/")[2] for v in violations if v.where.startswith("/headers/")}
-        for name in documented:
-            key = f"{operation} {name}"
+        for name, key in zip(documented, _header_keys(operation, tuple(documented))):
             self.headers[key] = self.headers.get(key, True) and name not in broken
 
 
