@@ -629,10 +629,10 @@ def variants(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         servers: dict[str, tuple[str, int]] = {}
         for env in [None, *args.env]:
-            proc = bench.ReferenceProcess(["--max-concurrent", "32"], None, None)
-            if env:
-                key, _, value = env.partition("=")
-                proc.env[key] = value
+            pairs = dict(pair.partition("=")[::2] for pair in (env or "").split())
+            # PYTHONPATH names a scratch copy of the package: it must also be the working directory.
+            proc = bench.ReferenceProcess(["--max-concurrent", "32"], None, pairs.pop("PYTHONPATH", None))
+            proc.env.update(pairs)
             stack.enter_context(proc)
             servers["reference" + (f" {env}" if env else "")] = (proc.url, proc.pid)
         laya_serve = stack.enter_context(LayaServeProcess(Path(CHECKPOINT), max_concurrent=32))
@@ -695,7 +695,7 @@ def main() -> int:
     h.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
     h.add_argument("--seconds", type=float, default=3.0)
     w = sub.add_parser("variants", help="reference servers with other environments beside laya-serve: c=1, c=16")
-    w.add_argument("--env", action="append", default=[], help="NAME=VALUE for one more reference server (repeatable)")
+    w.add_argument("--env", action="append", default=[], help="'NAME=VALUE ...' for one more reference server (repeatable; PYTHONPATH=DIR runs a scratch copy)")
     w.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
     w.add_argument("--questions", type=bench.csv_ints, default=[1, 4])
     w.add_argument("--calls", type=int, default=35, help="c=1 requests per server, cell and round")

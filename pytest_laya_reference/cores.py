@@ -3,12 +3,15 @@
 ``CorePool`` runs up to ``cores`` passes at once, one torch thread each, and gives a pass more
 threads only when it can feed them (``TOKENS_PER_THREAD`` padded tokens a thread) and cores are
 free; a pass flagged ``alone`` takes them all. A request alone on an idle server runs instead
-in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``), on the wide
-thread holding every core (``CorePool.run_alone``: one hand-over instead of two). Every pass on
-more than one thread runs on one thread (``laya-wide``), one at a time, so libgomp manages at
-most ``cores`` threads and keeps spinning between parallel regions; ``bound_openmp_spinning``
-caps that spinning. Why, with the figures: docs/reference-server.md ("Inference") and
-docs/benchmarks.md ("The figures behind the engine's constants").
+on the wide thread holding every core (``CorePool.run_alone``: one hand-over instead of two),
+in one pass on every core while other processes leave the machine quiet (``OtherLoad``), else
+in the shape ``ShapeChooser`` measured fastest for its size (``CorePool.lone_job``). Every pass
+on more than one thread runs on one thread (``laya-wide``), one at a time, and so does the
+work around the passes that would start an OpenMP team elsewhere (``CorePool.on_wide``: loading
+and warming a checkpoint), so libgomp manages at most ``cores`` threads and keeps spinning
+between parallel regions; ``bound_openmp_spinning`` caps that spinning. Why, with the figures:
+docs/reference-server.md ("Inference") and docs/benchmarks.md ("Where the time goes", "The
+figures behind the engine's constants").
 
 Heavy imports: torch, inside a pass only.
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TypeVar
 
-__all__ = ["CorePool", "LoneJob", "Shape", "ShapeChooser", "TOKENS_PER_THREAD", "auto_cores",
+__all__ = ["CorePool", "LoneJob", "OtherLoad", "QUIET_OTHER_CORES", "Shape", "ShapeChooser", "TOKENS_PER_THREAD", "auto_cores",
            "bound_openmp_spinning"]
 
 T = TypeVar("T")
@@ -51,6 +54,11 @@ SPINCOUNT = "10000"
 #: laya's own predict (docs/benchmarks.md, the c=1 floor at 64 tokens and 4 questions); one
 #: 80-token row did not.
 MIN_TOKENS_PER_THREAD = 128
+
+#: Other processes' CPU, in cores, below which the machine counts as quiet and a lone request
+#: runs on every core in one pass without measuring (``OtherLoad``). A client sending one request
+#: at a time uses a few hundredths of a core; another busy process at least a few tenths.
+QUIET_OTHER_CORES = 0.5
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,56 @@ class ShapeChooser:
             return median(times.recent) if times and times.recent else None
 
 
+class OtherLoad:
+    """Other processes' CPU, in cores, over the last ``window`` seconds or more: the machine's busy
+    time from ``/proc/stat`` less this process's own CPU time. None where ``/proc/stat`` cannot
+    be read (not Linux). Read lazily, at most once a ``window``; thread-safe.
+
+    Why a lone request asks this rather than only timing its shapes: the shapes' times are taken
+    one pass in sixteen, after other shapes, and a two-thread pass measured cold (its OpenMP
+    worker asleep, its CPU halted) looks slower than it runs warm; on a quiet machine one pass
+    on every core is laya's own fastest setup in every cell measured (docs/benchmarks.md).
+    """
+
+    def __init__(self, window: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                 own_cpu: Callable[[], float] = time.process_time, stat_path: str = "/proc/stat") -> None:
+        self.window = window
+        self.clock = clock
+        self.own_cpu = own_cpu
+        self.stat_path = stat_path
+        self._lock = threading.Lock()
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last: float | None = None
+        self._sample = self._read()
+
+    def cores(self) -> float | None:
+        now = self.clock()
+        with self._lock:
+            if self._sample is not None and now - self._sample[0] >= self.window:
+                sample = self._read()
+                if sample is not None:
+                    then_t, then_busy, then_own = self._sample
+                    t, busy, own = sample
+                    other = (busy - then_busy) / self._tick - (own - then_own)
+                    self._last = max(0.0, other / max(t - then_t, 1e-9))
+                    self._sample = sample
+            return self._last
+
+    def _read(self) -> tuple[float, int, float] | None:
+        try:
+            with open(self.stat_path, "rb") as stat:
+                fields = stat.readline().split()
+        except OSError:
+            return None
+        if len(fields) < 5 or fields[0] != b"cpu":
+            return None
+        ticks = [int(f) for f in fields[1:9]]
+        # user nice system idle iowait irq softirq steal: all but idle and iowait are busy (steal
+        # too: a host's other guests take the cores as surely as a process here).
+        busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+        return self.clock(), busy, self.own_cpu()
+
+
 def bound_openmp_spinning() -> None:
     """Cap OpenMP's spin-waiting, unless the operator set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``.
 
@@ -158,11 +216,13 @@ class CorePool:
     """
 
     def __init__(self, cores: int | None, workers: int | None = None,
-                 chooser: ShapeChooser | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 chooser: ShapeChooser | None = None, clock: Callable[[], float] = time.perf_counter,
+                 load: OtherLoad | None = None) -> None:
         if cores is not None and cores < 1:
             raise ValueError("cores must be at least 1")
         self.cores = cores
         self.chooser = chooser or ShapeChooser()
+        self.load = load if load is not None else OtherLoad()
         self.clock = clock
         size = cores if cores is not None else max(1, workers or 1)
         self.workers = size
@@ -256,6 +316,30 @@ class CorePool:
         except BaseException:  # closed: nothing runs, and the cores are free again
             self._release_held(self.cores)
             raise
+
+    def on_wide(self, fn: Callable[[], R]) -> R:
+        """``fn()`` on the wide thread holding every core, torch set to use them all; waits until
+        nothing runs. For work outside the passes (loading a checkpoint, warming it, checking it)
+        that would otherwise start an OpenMP team of more than one thread on the caller's thread:
+        libgomp counts every team's threads, and once they outnumber the cores every team's
+        threads sleep between parallel regions instead of spinning (a lone 4-row pass on the wide
+        thread took 14.1 ms after the loading thread had run a two-thread predict, against 8.6
+        without; docs/benchmarks.md, "Where the time goes"). Without more than one core to share,
+        on the calling thread.
+        """
+        if not self.cores or self.cores == 1:
+            return fn()
+
+        def wide() -> R:
+            self._on_threads(lambda _: None, None, self.cores)  # torch's threads on this thread
+            return fn()
+
+        while True:
+            future = self.run_alone(wide)
+            if future is not None:
+                return future.result()
+            with self._cond:
+                self._cond.wait(0.05)
 
     def lone_job(self, key: Hashable) -> LoneJob:
         """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
@@ -376,6 +460,7 @@ class LoneJob:
         self.shape: Shape | None = None
         self._bucket: Hashable = None
         self._tokens = 0
+        self._measured = True
 
     def shapes(self, lengths: Sequence[int]) -> list[Shape]:
         """The shapes worth trying: one thread; every core in one pass, when the rows can feed
@@ -394,7 +479,13 @@ class LoneJob:
     def lanes(self, lengths: Sequence[int]) -> int:
         self._tokens = sum(lengths)
         self._bucket = (self.key, len(lengths) > 1, self._tokens.bit_length())
-        self.shape = self.pool.chooser.choose(self._bucket, self.shapes(lengths))
+        shapes = self.shapes(lengths)
+        wide = [s for s in shapes if s.lanes == 1 and s.threads > 1]
+        other = self.pool.load.cores()
+        if wide and other is not None and other < QUIET_OTHER_CORES:
+            self.shape, self._measured = wide[0], False  # quiet: every core in one pass (``OtherLoad``)
+        else:
+            self.shape, self._measured = self.pool.chooser.choose(self._bucket, shapes), True
         return self.shape.lanes
 
     def run(self, fn: Callable[[T], R], items: Sequence[T], tokens: Sequence[int] = (),
@@ -404,6 +495,8 @@ class LoneJob:
         started = self.pool.clock()
         out = self.pool.run(fn, items, tokens, alone, shape=self.shape)
         elapsed_ms = (self.pool.clock() - started) * 1000.0
+        if not self._measured:
+            return out
         if (self._bucket, self.shape) not in self.pool.warmed:
             self.pool.warmed.add((self._bucket, self.shape))  # the chooser offers it again, unmeasured
             return out

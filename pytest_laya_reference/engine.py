@@ -14,6 +14,7 @@ Heavy imports: torch, transformers and laya, inside methods only.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import re
 import sys
@@ -331,17 +332,23 @@ class LayaEngine:
                     options["agent_kwargs"] = {"compile": True}
                 self._router = Router(**options)
             for conf in self._configured.values():
-                agent = self._router.load(conf.key)
-                started = time.perf_counter()
-                self._router.predict_batch([{
-                    "state": WARMUP_STATE, "questions": _plain_questions(WARMUP_QUESTIONS),
-                    "model": conf.key,
-                }])
-                self._warmup_ms[conf.name] = (time.perf_counter() - started) * 1000.0
-                self._models[conf.name] = self._identity(conf, agent)
-                self._agents[conf.name] = agent
-                self._packed[conf.name] = self._packing_agrees(conf, agent)
+                # On the pool's wide thread: no other thread may start an OpenMP team of more
+                # than one thread (``CorePool.on_wide``).
+                self._pool.on_wide(functools.partial(self._load_one, conf))
             self._ready = True
+
+    def _load_one(self, conf: _Configured) -> None:
+        assert self._router is not None
+        agent = self._router.load(conf.key)
+        started = time.perf_counter()
+        self._router.predict_batch([{
+            "state": WARMUP_STATE, "questions": _plain_questions(WARMUP_QUESTIONS),
+            "model": conf.key,
+        }])
+        self._warmup_ms[conf.name] = (time.perf_counter() - started) * 1000.0
+        self._models[conf.name] = self._identity(conf, agent)
+        self._agents[conf.name] = agent
+        self._packed[conf.name] = self._packing_agrees(conf, agent)
 
     @property
     def packed(self) -> Mapping[str, bool]:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -374,7 +375,7 @@ def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_p
     from pytest_laya_reference.cores import CorePool, Shape
 
     now = [0.0]
-    pool = CorePool(2, clock=lambda: now[0])
+    pool = CorePool(2, clock=lambda: now[0], load=_Load(1.0))  # another process busy: shapes measured
     seen: list[tuple[str, int]] = []
 
     def one_pass(name: str) -> str:
@@ -423,6 +424,118 @@ def test_a_lone_job_offers_the_shapes_its_rows_can_feed_and_records_their_time_p
         assert pool.idle
     finally:
         pool.close()
+
+
+def test_on_a_quiet_machine_a_lone_request_runs_on_every_core_without_measuring() -> None:
+    import torch
+
+    from pytest_laya_reference.cores import QUIET_OTHER_CORES, CorePool, Shape
+
+    load = _Load(0.0)
+    pool = CorePool(2, load=load)
+    seen: list[tuple[str, int]] = []
+
+    def one_pass(name: str) -> str:
+        seen.append((threading.current_thread().name.rsplit("_", 1)[0], torch.get_num_threads()))
+        return name
+
+    try:
+        for lengths in ([512], [512] * 4, [80] * 4):  # every shape that can feed two threads: wide
+            job = pool.lone_job("tiny")
+            assert job.lanes(lengths) == 1 and job.shape == Shape(1, 2)
+            seen.clear()
+            assert job.run(one_pass, ["rows"], [sum(lengths)], [False]) == ["rows"]
+            assert seen == [("laya-wide", 2)]
+        assert pool.chooser.estimate(("tiny", False, (512).bit_length()), Shape(1, 2)) is None  # not measured
+        job = pool.lone_job("tiny")
+        assert job.lanes([80]) == 1 and job.shape == Shape(1, 1)  # one short row: one thread, quiet or not
+
+        # Other processes busy, or a machine whose load cannot be read: the chooser decides, and
+        # with nothing measured it tries one thread first.
+        for figure in (QUIET_OTHER_CORES, 1.5, None):
+            load.figure = figure
+            job = pool.lone_job("tiny")
+            job.lanes([512])
+            assert job.shape == Shape(1, 1), figure
+        assert pool.idle
+    finally:
+        pool.close()
+
+
+def test_other_load_is_the_machines_busy_time_less_this_processes_own(tmp_path: Path) -> None:
+    from pytest_laya_reference.cores import OtherLoad
+
+    stat = tmp_path / "stat"
+    now, own = [100.0], [5.0]
+
+    def write(user: int, system: int, idle: int, iowait: int, steal: int) -> None:
+        stat.write_text("cpu  %d 0 %d %d %d 0 0 %d 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n" % (user, system, idle, iowait, steal))
+
+    write(1000, 500, 9000, 50, 10)
+    load = OtherLoad(window=0.1, clock=lambda: now[0], own_cpu=lambda: own[0], stat_path=str(stat))
+    assert load.cores() is None  # nothing measured over a window yet
+    # One second later: 150 ticks busy (user, system, steal; at 100 ticks a second, 1.5 cores),
+    # 0.5 of a core of it this process's own; idle and iowait are not busy.
+    now[0], own[0] = 101.0, 5.5
+    write(1100, 540, 9400, 90, 20)
+    assert load.cores() == pytest.approx(1.0)
+    now[0] = 101.05  # within the window: the last figure, the file not read again
+    write(1100, 540, 9400, 90, 20000)
+    assert load.cores() == pytest.approx(1.0)
+    now[0], own[0] = 102.05, 6.0
+    write(1100, 540, 9500, 90, 20)  # this process's CPU counted before the file shows its ticks: never below 0
+    assert load.cores() == 0.0
+    stat.unlink()
+    now[0] = 103.0
+    assert load.cores() == 0.0  # unreadable now: the last figure stands
+    assert OtherLoad(stat_path=str(tmp_path / "absent")).cores() is None  # not Linux: no figure
+
+
+def test_work_outside_the_passes_runs_on_the_wide_thread_with_every_core() -> None:
+    import torch
+
+    from pytest_laya_reference.cores import CorePool
+
+    pool = CorePool(2)
+    try:
+        where = pool.on_wide(lambda: (threading.current_thread().name.rsplit("_", 1)[0], torch.get_num_threads()))
+        assert where == ("laya-wide", 2) and pool.idle
+        with pytest.raises(ZeroDivisionError):
+            pool.on_wide(lambda: 1 / 0)
+        assert pool.idle
+    finally:
+        pool.close()
+    one = CorePool(1)
+    try:
+        assert one.on_wide(lambda: threading.current_thread()) is threading.current_thread()
+    finally:
+        one.close()
+
+
+def test_loading_warming_and_checking_a_checkpoint_start_no_openmp_team_but_the_wide_threads(
+        checkpoint_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libgomp lets every team's threads sleep between parallel regions once all teams' threads
+    outnumber the cores: a loading thread's warm-up made every later two-thread pass about twice
+    as slow. So everything that loads, warms and checks a checkpoint runs on the wide thread."""
+    from laya.router import Router
+
+    threads: list[str] = []
+    for name in ("load", "predict_batch"):
+        original = getattr(Router, name)
+
+        def recording(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name.rsplit("_", 1)[0])
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Router, name, recording)
+    engine = LayaEngine({"tiny": checkpoint_dir}, device="cpu", threads=2)
+    engine.load()
+    try:
+        assert engine.packed["tiny"]  # the packing check ran, and agreed
+        assert len(threads) >= 3 and set(threads) == {"laya-wide"}  # load, warm-up, laya's side of the check
+        assert engine._pool is not None and engine._pool.idle
+    finally:
+        engine.close()
 
 
 def test_a_request_alone_runs_on_the_wide_thread_holding_every_core() -> None:
@@ -777,10 +890,21 @@ def test_a_request_alone_runs_its_rows_side_by_side(engine: LayaEngine, singles:
         pytest.skip("one core: nothing to run side by side")
     assert engine._pool is not None
     monkeypatch.setattr(engine._pool, "chooser", ShapeChooser())  # nothing measured yet: side by side first
+    monkeypatch.setattr(engine._pool, "load", _Load(1.0))  # another process busy: shapes measured
     rows = _count_passes(engine, monkeypatch)
     result = engine.predict("tiny", [DecisionRequest(*PARITY_CASES[4])])[0]  # 4 questions
     assert len(rows) == min(4, engine.threads or 1) and sum(rows) == 4
     assert result == singles[4]
+
+
+class _Load:
+    """An ``OtherLoad`` that reports a fixed figure (other processes' CPU, in cores)."""
+
+    def __init__(self, cores: float | None) -> None:
+        self.figure = cores
+
+    def cores(self) -> float | None:
+        return self.figure
 
 
 class _Pinned:
@@ -817,6 +941,7 @@ def test_a_request_alone_runs_in_the_shape_its_chooser_measured_fastest(
     shape = Shape(1, 2) if pick == "wide" else Shape(1, 1)
     chooser = _Pinned(shape)
     monkeypatch.setattr(engine._pool, "chooser", chooser)
+    monkeypatch.setattr(engine._pool, "load", _Load(1.0))  # another process busy: shapes measured
     monkeypatch.setattr(engine._pool, "warmed", _EveryShapeWarm())  # its first run is measured too
     passes: list[tuple[int, int]] = []  # (rows, torch threads)
     original = engine._agents["tiny"]._forward
