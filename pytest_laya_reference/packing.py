@@ -31,51 +31,12 @@ class EncodedRequest:
     items: list[dict[str, Any]]      # laya's encoded rows, one per question
 
 
-class DirectTokenizer:
-    """A fast tokenizer whose plain ``tok(text, add_special_tokens=False)`` goes straight to its
-    Rust core (the Python wrapper around it cost about a third of tokenizing a 2,048-token state);
-    any other call, a core set to truncate, pad or split special tokens, and every attribute
-    are the tokenizer's own. The ids are the same: the wrapper returns the core's."""
-
-    def __init__(self, tok: Any) -> None:
-        self._tok = tok
-        self._core = getattr(tok, "_tokenizer", None)
-
-    def __call__(self, text: Any, **kwargs: Any) -> Any:
-        core = self._core
-        if kwargs == _PLAIN and isinstance(text, str) and core is not None and core.truncation is None \
-                and core.padding is None and not getattr(core, "encode_special_tokens", False):
-            # ``encode_batch`` lets go of the GIL while it works (``encode`` does not): the other
-            # pass's Python runs meanwhile.
-            return {"input_ids": core.encode_batch([text], add_special_tokens=False)[0].ids}
-        return self._tok(text, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tok, name)
-
-
-_PLAIN = {"add_special_tokens": False}
-
-
-class _EncodingAgent:
-    """The agent as ``Agent._encode_state`` reads it, its tokenizer a ``DirectTokenizer``."""
-
-    def __init__(self, agent: Any) -> None:
-        self._agent = agent
-        self.tok = DirectTokenizer(agent.tok)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._agent, name)
-
-
 def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]]) -> list[EncodedRequest]:
     """Each (state, questions, token-window overrides) encoded as ``Agent.predict_batch`` does.
 
     Raises laya's ValueError for a question it rejects, or a state/question pair that cannot fit.
     """
     from laya.common import _reuse_question_tokens
-
-    encoding = _EncodingAgent(agent)
 
     def encode_all() -> list[EncodedRequest]:
         out = []
@@ -86,7 +47,7 @@ def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any],
             for qid in ids:
                 agent._check_question(qid, questions[qid])
             internal = {qid: agent._to_internal(questions[qid]) for qid in ids}
-            items = type(agent)._encode_state(encoding, state, ids, internal, **overrides) if ids else []
+            items = agent._encode_state(state, ids, internal, **overrides) if ids else []
             out.append(EncodedRequest(ids, internal, items))
         return out
 

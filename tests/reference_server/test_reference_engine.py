@@ -799,39 +799,6 @@ def test_laya_rejected_question_is_a_value_error(engine: LayaEngine) -> None:
         engine.predict("tiny", [DecisionRequest("hello", bad)])
 
 
-def test_encoding_is_layas_own_with_the_tokenizers_core_called_directly(agent: Any) -> None:
-    from laya.common import _reuse_question_tokens
-
-    from pytest_laya_reference.packing import DirectTokenizer, encode_requests
-
-    long_state = " ".join(["The customer reports a double charge on the invoice."] * 300)  # past the window
-    cases = [*PARITY_CASES, (long_state, MIXED), ([{"role": "user", "content": long_state}], MIXED)]
-    got = encode_requests(agent, [(state, questions, {}) for state, questions in cases])
-
-    @_reuse_question_tokens
-    def laya_own() -> list[list[dict[str, Any]]]:
-        out = []
-        for state, questions in cases:
-            internal = {q: agent._to_internal(d) for q, d in questions.items()}
-            out.append(agent._encode_state(state, list(questions), internal))
-        return out
-
-    assert [r.items for r in got] == laya_own()  # ids, markers, truncation stats: all of it
-
-    direct = DirectTokenizer(agent.tok)
-    text = "état: the refund went through twice <mask> ok"
-    assert direct(text, add_special_tokens=False) == {"input_ids": agent.tok(text, add_special_tokens=False)["input_ids"]}
-    assert direct(text)["input_ids"] == agent.tok(text)["input_ids"]  # other calls: the tokenizer's own
-    assert direct.mask_token == agent.tok.mask_token
-    core = agent.tok._tokenizer
-    core.enable_truncation(4)  # a core left set to truncate: the wrapper would undo it, so it decides
-    try:
-        assert direct(text, add_special_tokens=False)["input_ids"] == agent.tok(text, add_special_tokens=False)["input_ids"]
-        assert len(direct(text, add_special_tokens=False)["input_ids"]) > 4
-    finally:
-        core.no_truncation()
-
-
 def test_single_predictions_equal_laya_in_process(engine: LayaEngine, agent: Any,
                                                    singles: list[DecisionResult]) -> None:
     worst = 0.0
