@@ -449,12 +449,13 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
             times.append(time.process_time() - started)
         return min(times) * 1e6 / n
 
-    from pytest_laya.cassettes import derived, persist, replay
+    from pytest_laya.cassettes import derived, head, persist, replay
     from pytest_laya.route.spec_check import replay_verdicts
     from pytest_laya.specs import conformance
 
     def new_process() -> None:  # what a new process remembers: nothing
         persist._PARSED.clear()
+        head._HEADS.clear()
         replay._CACHE.clear()
         conformance._VERDICTS.clear()
 

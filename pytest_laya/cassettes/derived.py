@@ -2,7 +2,9 @@
 
 Parsing a cassette's YAML, then scrubbing and indexing its interactions, costs more than playing
 them. Under the plugin, with pytest's cache directory (``config.cache``; none under
-``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``,
+``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``
+(the file's head, its top level but the interactions, as ``.parsed``; the interactions as replay
+holds them, as ``.replay``),
 content-addressed: an entry's name is the SHA-256 of the file's bytes, the kit's code (the source
 of the modules that derive and judge it, so a new version or an edit in place counts), the Python
 version and, for the scrubbed interactions, the scrubbing configuration and what layers above add
@@ -30,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "keep_parse", "note_parsed", "parsed", "put", "use"]
+__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep_head", "note_head", "note_parsed",
+           "put", "use"]
 
 _MAGIC = b"pytest-laya derived 1\n"
 _CHECK_BYTES = 16
@@ -150,29 +153,35 @@ def _file_digest(raw: bytes) -> bytes:
     return hashlib.sha256(raw).digest()
 
 
-def parsed(raw: bytes) -> Any:
-    """The parse of a cassette file's bytes kept by an earlier run, or None."""
+def head(raw: bytes) -> Any:
+    """The head of a cassette file's bytes (`head.head_of`: the file without its interactions)
+    kept by an earlier run, or None. The interactions are replay's own entry's."""
     if _folder is None:
         return None
     digest = _file_digest(raw)
     data = get("parsed", digest)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or "interactions" in data:
         return None
     _remember(data, digest)
     return data
 
 
 def note_parsed(raw: bytes, data: Any) -> None:
-    """Remember which bytes `data` (a checked parse) came from; `keep_parse` keeps it for later runs."""
+    """Remember which bytes `data` (a checked parse) came from (`digest_of_parsed`)."""
     if _folder is not None:
         _remember(data, _file_digest(raw))
 
 
-def keep_parse(data: Any) -> None:
-    """Keep the parse `note_parsed` saw for later runs (replay asks once its scrubbing learned no secret)."""
+def note_head(data: Any, head: Any) -> None:
+    """Remember that `head` (`head.head_of(data)`) came from the bytes `data` came from."""
     digest = digest_of_parsed(data)
     if digest is not None:
-        put("parsed", data, bytes.fromhex(digest))
+        _remember(head, bytes.fromhex(digest))
+
+
+def keep_head(head: Any, digest: str) -> None:
+    """Keep a file's head for later runs (replay asks once its scrubbing learned no secret)."""
+    put("parsed", head, bytes.fromhex(digest))
 
 
 def _remember(data: Any, digest: bytes) -> None:

@@ -23,6 +23,7 @@ from pytest_laya.cassettes.rendering import render, render_appended
 __all__ = [
     "REPAIR",
     "atomic_write",
+    "file_identity",
     "read_cassette",
     "read_limited",
     "recorded_provenance",
@@ -239,20 +240,27 @@ _PARSED_MAX = 16
 _PARSED_LOCK = threading.Lock()
 
 
-def read_cassette(path: Path) -> dict[str, Any] | None:
-    """The cassette at `path` parsed as vcrpy's safe loader parses it, and checked; None if there is none.
-
-    The result is shared with later reads of the unchanged file: treat it as read-only
-    (`fresh_interactions` gives vcrpy objects of one's own).
-    """
+def file_identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What says a file is unchanged (inode, size, mtime, ctime); None if there is none."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise os_problem(path, exc, "read") from None
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def read_cassette(path: Path) -> dict[str, Any] | None:
+    """The cassette at `path` parsed as vcrpy's safe loader parses it, and checked; None if there is none.
+
+    The result is shared with later reads of the unchanged file: treat it as read-only
+    (`fresh_interactions` gives vcrpy objects of one's own).
+    """
+    identity = file_identity(path)
+    if identity is None:
+        return None
     key = str(path)
-    identity = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     with _PARSED_LOCK:
         cached = _PARSED.get(key)
         if cached is not None and cached[0] == identity:
@@ -283,9 +291,6 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
         return None
     if not raw.strip():
         raise CassetteError(f"cassette {path} is empty: it was cut off while being written. {REPAIR}", path=path)
-    kept: dict[str, Any] | None = derived.parsed(raw)  # an earlier run's parse of these very bytes
-    if kept is not None:
-        return kept
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -297,7 +302,7 @@ def _parse_cassette(path: Path) -> dict[str, Any] | None:
         raise _yaml_problem(path, exc, text) from None
     _check_structure(path, data)
     checked: dict[str, Any] = data
-    derived.note_parsed(raw, checked)  # kept for later runs if replay finds no secret in it
+    derived.note_parsed(raw, checked)  # its head kept for later runs if replay finds no secret in it
     return checked
 
 

@@ -30,6 +30,7 @@ from pytest_laya.cassettes.config import CassetteConfig
 from pytest_laya.cassettes.disk import REPAIR
 from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle
+from pytest_laya.cassettes.head import head_of, read_head
 from pytest_laya.cassettes.matching import (
     SHOW_DIFFS,
     body_differences,
@@ -61,6 +62,7 @@ def native_config(config: CassetteConfig) -> bool:
 class _Loaded:
     """One file's interactions, scrubbed and indexed (shared by every test that plays it: read-only)."""
 
+    #: The file's head (`head.head_of`: its version and metadata), what a replay handle reads of the file itself.
     data: dict[str, Any]
     interactions: tuple[Interaction, ...]
     index: dict[tuple[Any, ...], list[int]]
@@ -126,33 +128,41 @@ def _load(path: Path, data: dict[str, Any], api_key: str | None, config: Cassett
     index: dict[tuple[Any, ...], list[int]] = {}
     for i, (request, _) in enumerate(interactions):
         index.setdefault(match_key(request), []).append(i)
-    return _Loaded(data, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)),
+    return _Loaded(head_of(data), tuple(interactions), index, tuple(sorted(scrubber._secrets - known)),
                    _exact_index(interactions, index))
 
 
-def _derived(path: Path, data: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded:
+def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded | None:
     """`_load`'s result, from an earlier run (`cassettes.derived`) when the file's bytes, the
-    configuration and the kit are the same; else worked out, and kept when it may be.
+    configuration and the kit are the same; else worked out from the file's parse, and kept when
+    it may be. `head` is the file's head (`head.read_head`): a kept entry needs nothing more of
+    the file, so a later run parses nothing; None if the file is gone.
 
     Kept only what the file holds already: never a file read with an API key (scrubbing it is
     the key's business) or one whose scrubbing learned a secret from it.
     """
-    digest = derived.digest_of_parsed(data) if api_key is None else None
-    if digest is None:
-        return _load(path, data, api_key, config)
+    digest = derived.digest_of_parsed(head) if api_key is None else None
     extras = derived.extras()
-    parts = (bytes.fromhex(digest), repr(config).encode(), *(extra.name.encode() + extra.key() for extra in extras))
-    entry = derived.get("replay", *parts)
-    kept = _from_plain(data, entry)
-    if kept is not None:
-        for extra in extras:  # each restores its own, or is worked out again when asked
-            extra.restore(entry[2].get(extra.name))
-        return kept
+    if digest is not None:
+        entry = derived.get("replay", *_entry_parts(digest, config, extras))
+        kept = _from_plain(head, entry)
+        if kept is not None:
+            for extra in extras:  # each restores its own, or is worked out again when asked
+                extra.restore(entry[2].get(extra.name))
+            return kept
+    data = read_cassette(path)  # the parse the head came from (kept by path), or the file as it is now
+    if data is None:
+        return None
     loaded = _load(path, data, api_key, config)
-    if not loaded.learned:
-        derived.keep_parse(data)
-        derived.put("replay", _plain(loaded, extras), *parts)
+    digest = derived.digest_of_parsed(data) if api_key is None else None
+    if digest is not None and not loaded.learned:
+        derived.keep_head(loaded.data, digest)
+        derived.put("replay", _plain(loaded, extras), *_entry_parts(digest, config, extras))
     return loaded
+
+
+def _entry_parts(digest: str, config: CassetteConfig, extras: tuple[derived.Extra, ...]) -> tuple[bytes, ...]:
+    return (bytes.fromhex(digest), repr(config).encode(), *(extra.name.encode() + extra.key() for extra in extras))
 
 
 def _plain(loaded: _Loaded, extras: tuple[derived.Extra, ...]) -> tuple[Any, ...]:
@@ -203,10 +213,10 @@ def _loaded(path: Path, api_key: str | None, config: CassetteConfig) -> _Loaded 
             if cached is not None:
                 _CACHE.move_to_end(key)
                 return cached
-    data = read_cassette(path)
-    if data is None:
+    head = read_head(path)
+    loaded = None if head is None else _derived(path, head, api_key, config)
+    if loaded is None:
         return None
-    loaded = _derived(path, data, api_key, config)
     if key is not None:
         with _CACHE_LOCK:
             _CACHE[key] = loaded

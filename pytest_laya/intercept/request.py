@@ -139,7 +139,8 @@ class Request:
 
     @property
     def query(self) -> list[tuple[str, str]]:
-        return sorted(parse_qsl(self._split.query))
+        query = self._split.query
+        return sorted(parse_qsl(query)) if query else []  # a decision's URL has none: asked on every match
 
     @property
     def url(self) -> str:

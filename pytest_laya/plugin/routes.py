@@ -368,11 +368,12 @@ def _choose(request: pytest.FixtureRequest, run: LayaRun,
 
 def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
     from pytest_laya.cassettes.errors import CassetteError
-    from pytest_laya.cassettes.persist import provenance_of, read_cassette
+    from pytest_laya.cassettes.head import read_head
+    from pytest_laya.cassettes.persist import provenance_of
     from pytest_laya.servers.handle import REPLAY_URL, ServerHandle, ServerKind
 
-    try:  # parsed once: opening the cassette next reads the same parse
-        provenance = provenance_of(read_cassette(path)) or {}
+    try:  # read once: opening the cassette next reads the same head
+        provenance = provenance_of(read_head(path)) or {}
     except CassetteError:  # opening it reports the problem
         provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_laya.cassettes import derived, persist, replay
+from pytest_laya.cassettes import derived, head, persist, replay
 from pytest_laya.cassettes.config import CassetteConfig
 
 SHIPPED = Path(__file__).resolve().parents[2] / "cassettes" / "laya-serve-0.4.15" / "score.yaml"
@@ -94,3 +94,22 @@ def test_an_api_key_or_a_learned_secret_keeps_no_interactions(cache, tmp_path):
     assert loaded.learned == ("sk-learned-secret-4242",)
     load(path, api_key="sk-given-key-1234")
     assert kinds(folder) == []
+
+
+def test_the_kept_parse_is_the_files_head_and_a_full_read_still_parses_the_whole_file(cache, tmp_path):
+    """A later run's replay reads the file's head (version, metadata) and its own entry, not the
+    whole parse again; `read_cassette`, which others read interactions from, still gives them all."""
+    folder, _ = cache
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    whole = yaml.safe_load(SHIPPED.read_text())
+    first = load(path)
+    assert first.data == {key: value for key, value in whole.items() if key != "interactions"}
+    head._HEADS.clear()
+    second = load(path)
+    assert second.data == first.data and "interactions" not in second.data
+    assert len(second.interactions) == len(whole["interactions"])
+    head._HEADS.clear()
+    persist._PARSED.clear()
+    assert head.read_head(path) == first.data
+    assert len(persist.read_cassette(path)["interactions"]) == len(whole["interactions"])
