@@ -385,7 +385,10 @@ class LayaEngine:
                 else:
                     results = predict_packed(agent, rows, pool.run)
             else:
-                results = router.predict_batch([_laya_item(r, conf.key) for r in requests])
+                # laya's own path shares the cores too: on the wide thread when alone, else on one
+                # thread; never an OpenMP team of its own on this thread (``CorePool.on_wide``).
+                items = [_laya_item(r, conf.key) for r in requests]
+                results = pool.run(router.predict_batch, [items], alone=[alone and (pool.cores or 1) > 1])[0]
         finally:
             with self._lock:
                 self._inflight -= 1

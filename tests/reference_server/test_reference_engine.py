@@ -969,6 +969,8 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
                                                                        monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture[str],
                                                                        singles: list[DecisionResult]) -> None:
+    import torch
+
     import pytest_laya_reference.packing as packing
 
     calls: list[int] = []
@@ -991,8 +993,26 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
         assert calls and fresh.packed == {"tiny": False}
         assert "packed passes disagree" in capsys.readouterr().err
         calls.clear()
+        threads: list[tuple[str, int]] = []
+        router = fresh._router
+        assert router is not None
+        laya_own = router.predict_batch
+
+        def recording(items: Any) -> Any:
+            threads.append((threading.current_thread().name.rsplit("_", 1)[0], torch.get_num_threads()))
+            return laya_own(items)
+
+        monkeypatch.setattr(router, "predict_batch", recording)
         got = fresh.predict("tiny", [DecisionRequest(*PARITY_CASES[0])])[0]
         assert calls == [] and got == singles[0]  # laya's own path, laya's own answer
+        # On the core pool like the packed passes: alone, on the wide thread with every core;
+        # beside other decisions, on one thread (no second OpenMP team on a batch's thread).
+        cores = fresh.threads or 1
+        assert threads == [("laya-wide", cores) if cores > 1 else (threading.current_thread().name, 1)]
+        threads.clear()
+        monkeypatch.setattr(fresh, "_inflight", 1)
+        assert _max_diff(fresh.predict("tiny", [DecisionRequest(*PARITY_CASES[0])])[0].answers, singles[0].answers) <= TOL
+        assert threads == [(threading.current_thread().name, 1)]
     finally:
         fresh.close()
 
