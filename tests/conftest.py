@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
 import os
 import sys
@@ -41,6 +42,14 @@ import vcr.stubs.urllib3_stubs  # noqa: F401
 import yaml  # noqa: F401
 
 import tests.helpers.properties  # noqa: F401 - LAYA_PROPERTIES is checked at the start of the run
+
+# Modules the kit and xdist import lazily inside an inner run, and no test module imports: each
+# in-process run imported them anew and dropped them (pytest_laya.specs.answer_check in about
+# half of them; 0.06-0.1 s of CPU a fake-mode run in all). Imported once here, they are kept.
+for _lazy in ("pytest_laya.specs.answer_check", "pytest_laya.client.unmocked", "pytest_laya.cassettes.provenance",
+              "pytest_laya.plugin.split", "pytest_laya.fake.in_memory", "pytest_laya.suites.check_command",
+              "vcr.stubs.aiohttp_stubs", "xdist.dsession"):
+    importlib.import_module(_lazy)
 from tests.helpers.servers import LayaServes, SharedLayaServes
 
 #: Packages pytester's in-process runs keep once imported, rather than drop: torch registers its
