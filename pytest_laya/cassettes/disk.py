@@ -8,16 +8,19 @@ regular file (a FIFO would hang, ``/dev/zero`` never ends) and what is over the 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from pytest_laya.cassettes.errors import CassetteError
 
-__all__ = ["DEFAULT_SIZE_LIMIT", "REPAIR", "atomic_write", "os_problem", "read_limited", "set_size_limit",
-           "size_limit"]
+__all__ = ["DEFAULT_SIZE_LIMIT", "REPAIR", "KeptByFile", "atomic_write", "file_identity", "os_problem",
+           "read_limited", "set_size_limit", "size_limit"]
 
 #: What every message about a broken cassette file ends with.
 REPAIR = ("To fix it, record the test again (--laya-record, or --laya-record=missing, replaces a broken file), "
@@ -166,3 +169,60 @@ def atomic_write(path: Path, data: bytes) -> None:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+
+def file_identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What says a file is unchanged (inode, size, mtime, ctime); None if there is none."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise os_problem(path, exc, "read") from None
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+Identity = tuple[int, int, int, int]
+V = TypeVar("V")
+
+
+class KeptByFile(Generic[V]):
+    """What was worked out from a file, kept by path for the last `size` files while the file is
+    what it was when it was read (`file_identity`: inode, size, mtime and ctime in ns); any write,
+    or an atomic replace, reads it again. Bounded, so memory stays flat over a run of any length."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._items: collections.OrderedDict[str, tuple[Identity, V]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def get(self, path: Path, identity: Identity) -> V | None:
+        key = str(path)
+        with self._lock:
+            cached = self._items.get(key)
+            if cached is None or cached[0] != identity:
+                return None
+            self._items.move_to_end(key)
+            return cached[1]
+
+    def keep(self, path: Path, identity: Identity, value: V) -> None:
+        """Keep `value` for `path`, if the file is still the one `identity` names: one that changed
+        while it was read is read again next time."""
+        try:
+            unchanged = file_identity(path) == identity
+        except CassetteError:
+            return
+        if unchanged:
+            key = str(path)
+            with self._lock:
+                self._items[key] = (identity, value)
+                self._items.move_to_end(key)
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)

@@ -7,22 +7,18 @@ with the derived cache (`cassettes.derived`) parses nothing and holds no parse o
 
 from __future__ import annotations
 
-import collections
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_laya.cassettes import derived
-from pytest_laya.cassettes.errors import CassetteError
-from pytest_laya.cassettes.persist import file_identity, read_cassette, read_limited
+from pytest_laya.cassettes.disk import KeptByFile, file_identity, read_limited
+from pytest_laya.cassettes.persist import read_cassette
 
 __all__ = ["head_of", "read_head"]
 
-#: `read_head`'s results, by path, with the file's identity when it was read (`persist.file_identity`).
-_HEADS: collections.OrderedDict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] = collections.OrderedDict()
-_HEADS_MAX = 16
-_LOCK = threading.Lock()
+#: `read_head`'s results.
+_HEADS: KeptByFile[dict[str, Any]] = KeptByFile()
 
 
 def head_of(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,12 +37,9 @@ def read_head(path: Path) -> dict[str, Any] | None:
     identity = file_identity(path)
     if identity is None:
         return None
-    key = str(path)
-    with _LOCK:
-        cached = _HEADS.get(key)
-        if cached is not None and cached[0] == identity:
-            _HEADS.move_to_end(key)
-            return cached[1]
+    cached = _HEADS.get(path, identity)
+    if cached is not None:
+        return cached
     head = None
     if derived.directory() is not None:
         raw = read_limited(path)
@@ -59,14 +52,5 @@ def read_head(path: Path) -> dict[str, Any] | None:
             return None
         head = head_of(data)
         derived.note_head(data, head)
-    try:
-        unchanged = file_identity(path) == identity
-    except CassetteError:
-        unchanged = False
-    if unchanged:  # kept only if the file did not change while it was read
-        with _LOCK:
-            _HEADS[key] = (identity, head)
-            _HEADS.move_to_end(key)
-            while len(_HEADS) > _HEADS_MAX:
-                _HEADS.popitem(last=False)
+    _HEADS.keep(path, identity, head)
     return head

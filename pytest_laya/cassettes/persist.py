@@ -7,23 +7,20 @@ writing the bytes (regular files only, a size limit, atomic saves) is `disk`'s.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import re
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_laya.cassettes.disk import REPAIR, atomic_write, os_problem, read_limited
+from pytest_laya.cassettes.disk import REPAIR, KeptByFile, atomic_write, file_identity, read_limited
 from pytest_laya.cassettes.errors import CassetteError
 from pytest_laya.cassettes.rendering import render, render_appended
 
 __all__ = [
     "REPAIR",
     "atomic_write",
-    "file_identity",
     "read_cassette",
     "read_limited",
     "recorded_provenance",
@@ -231,24 +228,9 @@ def _check_structure(path: Path, data: Any) -> None:
                       f"{REPAIR}")
 
 
-#: Parsed cassettes by path, with the file's identity when it was read (inode, size, mtime and
-#: ctime in ns). A test reads its file once for where it was recorded and again to open it, and
-#: verify reads it twice too: the second read costs a stat. Bounded, so memory stays flat over
-#: a run of any length; a file that changed on disk (any write, or an atomic replace) is read again.
-_PARSED: collections.OrderedDict[str, tuple[tuple[int, int, int, int], dict[str, Any]]] = collections.OrderedDict()
-_PARSED_MAX = 16
-_PARSED_LOCK = threading.Lock()
-
-
-def file_identity(path: Path) -> tuple[int, int, int, int] | None:
-    """What says a file is unchanged (inode, size, mtime, ctime); None if there is none."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise os_problem(path, exc, "read") from None
-    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+#: Parsed cassettes. A test reads its file once for where it was recorded and again to open it,
+#: and verify reads it twice too: the second read costs a stat.
+_PARSED: KeptByFile[dict[str, Any]] = KeptByFile()
 
 
 def read_cassette(path: Path) -> dict[str, Any] | None:
@@ -260,24 +242,12 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
     identity = file_identity(path)
     if identity is None:
         return None
-    key = str(path)
-    with _PARSED_LOCK:
-        cached = _PARSED.get(key)
-        if cached is not None and cached[0] == identity:
-            _PARSED.move_to_end(key)
-            return cached[1]
+    cached = _PARSED.get(path, identity)
+    if cached is not None:
+        return cached
     data = _parse_cassette(path)
     if data is not None:
-        try:
-            unchanged = os.stat(path)
-        except OSError:
-            return data
-        if (unchanged.st_ino, unchanged.st_size, unchanged.st_mtime_ns, unchanged.st_ctime_ns) == identity:
-            with _PARSED_LOCK:  # cached only if the file did not change while it was read
-                _PARSED[key] = (identity, data)
-                _PARSED.move_to_end(key)
-                while len(_PARSED) > _PARSED_MAX:
-                    _PARSED.popitem(last=False)
+        _PARSED.keep(path, identity, data)
     return data
 
 

@@ -732,11 +732,11 @@ def test_the_parsed_cassettes_kept_are_a_bounded_few(tmp_path):
     from pytest_laya.cassettes import persist
 
     record(tmp_path / "one.yaml", "charged twice")
-    for i in range(persist._PARSED_MAX + 10):
+    for i in range(persist._PARSED.size + 10):
         copy_ = tmp_path / f"copy-{i}.yaml"
         copy_.write_bytes((tmp_path / "one.yaml").read_bytes())
         assert persist.read_cassette(copy_)["interactions"]
-    assert len(persist._PARSED) <= persist._PARSED_MAX
+    assert len(persist._PARSED) <= persist._PARSED.size
 
 
 def test_a_hook_that_changes_the_request_in_place_changes_only_the_cassettes_copy(cassette_file):
