@@ -331,7 +331,7 @@ class CorePool:
             return fn()
 
         def wide() -> R:
-            self._on_threads(lambda _: None, None, self.cores)  # torch's threads on this thread
+            self._use_threads(self.cores)
             return fn()
 
         while True:
@@ -389,12 +389,16 @@ class CorePool:
             self._give(threads)
 
     def _on_threads(self, fn: Callable[[T], R], item: T, threads: int | None) -> R:
+        self._use_threads(threads)
+        return fn(item)
+
+    def _use_threads(self, threads: int | None) -> None:
+        """torch on ``threads`` threads on this thread (None: as it is)."""
         if threads is not None and getattr(self._local, "threads", None) != threads:
             import torch
 
             torch.set_num_threads(threads)  # this thread's own OpenMP team (see the module doc)
             self._local.threads = threads
-        return fn(item)
 
     def _take(self, tokens: int, alone: bool, want: int | None = None) -> int | None:
         with self._cond:
