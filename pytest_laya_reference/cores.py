@@ -485,7 +485,7 @@ class LoneJob:
         self._bucket = (self.key, len(lengths) > 1, self._tokens.bit_length())
         shapes = self.shapes(lengths)
         wide = [s for s in shapes if s.lanes == 1 and s.threads > 1]
-        other = self.pool.load.cores()
+        other = self.pool.load.cores() if wide else None  # no wide shape: no /proc/stat to read
         if wide and other is not None and other < QUIET_OTHER_CORES:
             self.shape, self._measured = wide[0], False  # quiet: every core in one pass (``OtherLoad``)
         else:
