@@ -58,8 +58,8 @@ queue, engine and the rest from ``Server-Timing``.
 
 ``variants``: reference servers with other environments (``--env NAME=VALUE``, one more server
 each) beside the default one and laya-serve, taking turns round by round: c=1 p50 per cell, the
-reference's time around its own queue and pass, and with ``--c16-seconds`` 16 clients' req/s;
-``--no-halt`` measures it all again while holding ``/dev/cpu_dma_latency`` at 0 (root), so idle
+reference's time around its own queue and pass, with ``--c16-seconds`` 16 clients' req/s, and
+each server's peak RSS at the end; ``--no-halt`` measures it all again while holding ``/dev/cpu_dma_latency`` at 0 (root), so idle
 CPUs poll instead of halting.
 
 ``engine``: in process, no HTTP, the forward-pass side of the benchmark's cells: laya-serve's way
@@ -617,8 +617,8 @@ def _variant_cell(servers: dict[str, tuple[str, int]], bodies: list[bytes], args
 def variants(args: argparse.Namespace) -> int:
     """Reference servers started with different environments, side by side with laya-serve: c=1
     p50 per cell (with the time around the reference's own queue and pass, from its
-    ``Server-Timing``) and c=16 req/s, each server in turn within a round and the order reversed
-    every round, so all meet the same machine. ``--no-halt`` repeats everything while holding
+    ``Server-Timing``), c=16 req/s, and at the end each server's peak RSS; each server in turn
+    within a round and the order reversed every round, so all meet the same machine. ``--no-halt`` repeats everything while holding
     ``/dev/cpu_dma_latency`` at 0 (root only): the kernel then keeps idle CPUs polling instead of
     halting, for every process."""
     import struct
@@ -651,6 +651,8 @@ def variants(args: argparse.Namespace) -> int:
             finally:
                 if hold is not None:
                     os.close(hold)
+        print("peak RSS: " + " | ".join(f"{name} {bench.proc_status(pid)['VmHWM'] / 1024:.0f} MiB"
+                                        for name, (_, pid) in servers.items()), flush=True)
     return 0
 
 def main() -> int:
