@@ -212,6 +212,11 @@ class KeptByFile(Generic[V]):
             self._items.move_to_end(key)
             return cached[1]
 
+    def forget(self, path: Path) -> None:
+        """Drop what is kept for `path` (its reader keeps what it needs of it)."""
+        with self._lock:
+            self._items.pop(str(path), None)
+
     def keep(self, path: Path, identity: Identity, value: V) -> None:
         """Keep `value` for `path`, if the file is still the one `identity` names: one that changed
         while it was read is read again next time."""

@@ -21,6 +21,7 @@ from pytest_laya.cassettes.rendering import render, render_appended
 __all__ = [
     "REPAIR",
     "atomic_write",
+    "forget_parse",
     "read_cassette",
     "read_limited",
     "recorded_provenance",
@@ -249,6 +250,12 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
     if data is not None:
         _PARSED.keep(path, identity, data)
     return data
+
+
+def forget_parse(path: Path) -> None:
+    """Drop the kept parse of `path`: its reader holds all it needs of it (replay's `_Loaded`), and
+    a parse kept for nothing is thousands of objects every full garbage collection walks."""
+    _PARSED.forget(path)
 
 
 def _parse_cassette(path: Path) -> dict[str, Any] | None:

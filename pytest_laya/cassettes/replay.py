@@ -40,7 +40,7 @@ from pytest_laya.cassettes.matching import (
     request_body,
 )
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
-from pytest_laya.cassettes.persist import Persister, fresh_interactions, read_cassette
+from pytest_laya.cassettes.persist import Persister, forget_parse, fresh_interactions, read_cassette
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.wire.body import body_bytes
@@ -89,8 +89,10 @@ def _exact_index(interactions: Sequence[Interaction],
     return exact
 
 
+#: The files read last, by identity. Few: a file is read again mostly by its own test (a rerun,
+#: another handle on it), and every kept interaction is objects each full garbage collection walks.
 _CACHE: collections.OrderedDict[tuple[Any, ...], _Loaded] = collections.OrderedDict()
-_CACHE_MAX = 32
+_CACHE_MAX = 8
 _CACHE_LOCK = threading.Lock()
 
 
@@ -154,6 +156,7 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     if data is None:
         return None
     loaded = _load(path, data, api_key, config)
+    forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
     digest = derived.digest_of_parsed(data) if api_key is None else None
     if digest is not None and not loaded.learned:
         derived.keep_head(loaded.data, digest)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.specs.spec import Spec, Violation, Violations, lower_headers
+from pytest_laya.specs.spec import LoweredHeaders, Spec, Violation, Violations, lower_headers
 from pytest_laya.wire.exchange import Exchange
 
 __all__ = ["Conformance", "SpecViolationError", "SPECS", "plain_verdicts", "seed", "verdicts_of"]
@@ -102,6 +102,10 @@ _REMEMBERED_BYTES = 16 * 1024  # an exchange's bodies at most, so the memo holds
 _VERDICTS_LOCK = threading.Lock()
 
 
+#: The violations of every verdict that has none, shared: a verdict is read, never changed
+#: (`Conformance.check` gives its caller a copy).
+_NO_VIOLATIONS = Violations()
+
 #: Response headers a replayed response echoes from each request (`cassettes.request_ids.echo_ids`),
 #: so their values differ on every call of a client that sends its own (the kit's).
 _ECHOED = ("x-request-id", "traceparent")
@@ -109,13 +113,17 @@ _ECHOED = ("x-request-id", "traceparent")
 _CONFORMING = "\0conforming"
 
 
-def _fingerprint(exchange: Exchange) -> tuple[Any, ...]:
-    """All that `Spec.judge` reads of an exchange; an echoed id both specs accept stands as `_CONFORMING`
-    (`Spec.header_violations`: the verdict is the same for any such value)."""
-    headers = lower_headers(exchange.headers)
+def _fingerprint(exchange: Exchange, lowered: LoweredHeaders | None = None) -> tuple[Any, ...]:
+    """All that `Spec.judge` reads of an exchange (`lowered`: its headers, lowered already); an echoed
+    id both specs accept stands as `_CONFORMING` (`Spec.header_violations`: the verdict is the same
+    for any such value)."""
+    lowered = lower_headers(exchange.headers) if lowered is None else lowered
+    headers: dict[str, str] = lowered
     for name in _ECHOED:
-        value = headers.get(name)
+        value = lowered.get(name)
         if value is not None and _conforms(exchange.method, exchange.path, exchange.status, name, value):
+            if headers is lowered:
+                headers = dict(lowered)  # lowered headers are read, never changed
             headers[name] = _CONFORMING
     return (exchange.method, exchange.path, exchange.status, tuple(headers.items()), exchange.body,
             exchange.request_body)
@@ -139,15 +147,18 @@ def _header_checks(method: str, path: str, status: int, name: str) -> tuple[Call
     return tuple(checks)
 
 
-def _judged(exchange: Exchange) -> tuple[Verdict, ...]:
+def _judged(exchange: Exchange, lowered: LoweredHeaders | None = None) -> tuple[Verdict, ...]:
     path = exchange.path.split("?")[0]
+    headers = lower_headers(exchange.headers) if lowered is None else lowered  # lowered once for both specs
     verdicts = []
     for name, load in SPECS.items():
         spec = load()
         # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
         operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
-        violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, exchange.headers,
+        violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, headers,
                                             exchange.body, request_body=exchange.request_body)
+        if not violations and not violations.unlisted and violations.counted_all:
+            violations = _NO_VIOLATIONS  # shared, as the verdicts `seed` reads back share it
         verdicts.append((name, operation, violations, tuple(documented)))
     return tuple(verdicts)
 
@@ -169,14 +180,15 @@ def _remember_all(pairs: list[tuple[tuple[Any, ...], tuple[Verdict, ...]]]) -> N
 
 def verdicts_of(exchange: Exchange) -> tuple[Verdict, ...]:
     """Both specs' verdicts on `exchange`, judged once per process (and per `seed`)."""
-    key = _fingerprint(exchange)
+    lowered = lower_headers(exchange.headers)
+    key = _fingerprint(exchange, lowered)
     try:
         with _VERDICTS_LOCK:
             found = _VERDICTS.get(key)
     except TypeError:  # a body given as parsed JSON: judged, not remembered
-        return _judged(exchange)
+        return _judged(exchange, lowered)
     if found is None:
-        found = _judged(exchange)
+        found = _judged(exchange, lowered)
         _remember(key, found)
     return found
 
@@ -193,11 +205,6 @@ def plain_verdicts(exchanges: list[Exchange]) -> tuple[Any, ...]:
                               violations.unlisted, violations.counted_all, tuple(documented))
                              for name, operation, violations, documented in verdicts))
                  for key, verdicts in ((_fingerprint(e), verdicts_of(e)) for e in exchanges))
-
-
-#: The violations of every remembered verdict that has none, shared: a verdict is read, never
-#: changed (`Conformance.check` gives its caller a copy).
-_NO_VIOLATIONS = Violations()
 
 
 def seed(plain: Any) -> bool:

@@ -190,11 +190,20 @@ def _media_of(headers: Mapping[str, str]) -> str | None:
     return value.split(";")[0].strip().lower() if value else None
 
 
-def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> dict[str, str]:
+class LoweredHeaders(dict[str, str]):
+    """Headers by lower-case name, repeated ones joined with ", " (`lower_headers`): read, never changed."""
+
+    __slots__ = ()
+
+
+def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> LoweredHeaders:
+    """`headers` by lower-case name; headers lowered already are given back as they are (read-only)."""
+    if type(headers) is LoweredHeaders:
+        return headers
     if headers is None:
-        return {}
+        return LoweredHeaders()
     items = headers.items() if hasattr(headers, "items") else headers
-    out: dict[str, str] = {}
+    out = LoweredHeaders()
     for key, value in items:
         key = key.decode("latin-1") if isinstance(key, bytes) else key
         value = value.decode("latin-1") if isinstance(value, bytes) else value

@@ -33,9 +33,17 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+#: One decoder for every strict parse (`json.loads` builds one per call when given hooks).
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_object)
+
+
 def loads_strict(text: str | bytes) -> Any:
     """`json.loads`, refusing NaN, Infinity, -Infinity and repeated member names (`ValueError`)."""
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object)
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")  # as json.loads decodes bytes
+    elif not isinstance(text, str) or text.startswith("\ufeff"):
+        return json.loads(text)  # json.loads' own error: not JSON text, or a BOM
+    return _STRICT.decode(text)
 
 
 def canonical_json(value: Any) -> str:
