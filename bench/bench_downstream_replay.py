@@ -458,6 +458,8 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
         head._HEADS.clear()
         replay._CACHE.clear()
         conformance._VERDICTS.clear()
+        for load in conformance.SPECS.values():
+            load()._header_verdicts.clear()
 
     cache_dir = project.root / "parts-cache"
 

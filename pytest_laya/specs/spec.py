@@ -172,6 +172,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
 
 
+#: The header values whose verdicts a spec keeps (`Spec._header_value_violations`): at most so
+#: many, each at most so long (ids a client makes anew each call are judged each time anyway).
+_HEADER_VERDICTS_MAX = 1024
+_REMEMBERED_HEADER = 256
+
 _LONGEST_POINTER = 200
 _LONGEST_TEXT = 1000
 
@@ -308,6 +313,8 @@ class Spec:
         self._routed: dict[str, dict[str, Operation] | None] = {}
         self._responses: dict[tuple[str, int], tuple[Mapping[str, Any], str] | None] = {}
         self._header_plans: dict[str, list[tuple[str, str, str, str, bool, bool]]] = {}
+        # Header values' verdicts (`_header_value_violations`), bounded.
+        self._header_verdicts: dict[tuple[str, str, str], tuple[Violation, ...]] = {}
 
     # -- construction -------------------------------------------------------------------
 
@@ -638,8 +645,21 @@ class Spec:
                     problems.append(Violation(where, f"header {name} (required)", "absent", rule="#" + header_pointer))
                 continue
             if has_schema:
-                problems += self._schema_violations(f"{header_pointer}/schema", value, where)
+                problems += self._header_value_violations(header_pointer, value, where)
         return problems
+
+    def _header_value_violations(self, header_pointer: str, value: str, where: str) -> tuple[Violation, ...]:
+        """A header value's violations of its schema; a value judged before (a replayed one, a
+        server's fixed one) is not judged again: the verdict is a function of these three."""
+        key = (header_pointer, where, value)
+        found = self._header_verdicts.get(key)
+        if found is None:
+            found = tuple(self._schema_violations(f"{header_pointer}/schema", value, where))
+            if len(value) <= _REMEMBERED_HEADER:
+                if len(self._header_verdicts) >= _HEADER_VERDICTS_MAX:
+                    self._header_verdicts.clear()
+                self._header_verdicts[key] = found
+        return found
 
     def _content_violations(
         self,
