@@ -43,6 +43,7 @@ from pytest_laya.suites.server_under_test import (
     parse_limit_options,
     resolve_limits,
     resolve_spec,
+    stop_run,
 )
 from pytest_laya.wire.decision import Choice, Decision, parse_answers
 from pytest_laya.wire.errors import LayaError
@@ -91,12 +92,12 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     elif laya_run.mode.fakes:
         url, kind, api_key = request.getfixturevalue("_laya_session_fake").url, ServerKind.FAKE, None
     else:
-        pytest.exit(f"the server contract checks a running server: add --laya-mode=live --laya-url URL "
-                    f"(this run is --laya-mode={laya_run.mode})", returncode=pytest.ExitCode.USAGE_ERROR)
+        stop_run(request.config, f"the server contract checks a running server: add --laya-mode=live "
+                                 f"--laya-url URL (this run is --laya-mode={laya_run.mode})")
     try:
         overrides = parse_limit_options(request.config.getoption("laya_limit") or [])
     except ValueError as exc:
-        pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
+        stop_run(request.config, str(exc))
     server = ServerUnderTest(url=url, spec_name=DEFAULT_SPEC, api_key=api_key, key_flag=key_option(request.config))
     server.tolerance_given = request.config.getoption("laya_tolerance")
     server.require_invariance = bool(request.config.getoption("laya_require_invariance"))
@@ -106,7 +107,7 @@ def server_under_test(laya_run: Any, request: pytest.FixtureRequest) -> Iterator
     refusal = server.key_refusal(first, GOOD)
     if refusal:  # every check would fail on the same 401: one line instead
         server.close()
-        pytest.exit(refusal, returncode=pytest.ExitCode.USAGE_ERROR)
+        stop_run(request.config, refusal)
     server.health_status = first.status
     server.health = json_body(first) if first.status == 200 else None
     claim = resolve_spec(laya_run.spec, first, server.health)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from importlib.metadata import version
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Any
 
 # pytester's in-process runs drop modules first imported inside them; importing the network
@@ -386,6 +388,11 @@ def test_a_run_that_cannot_check_anything_stops_with_one_line(pytester, args, wo
     result = run_suite(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines([f"*{words}*"])
+    # The reporters get the stop's traceback from the suite's stop_run on (it and pytest.exit),
+    # not pytest's ~70 frames, each formatted with its arguments for that one line.
+    [stop] = [call.excinfo for call in result.reprec.getcalls("pytest_keyboard_interrupt")]
+    assert len(stop.traceback) == 2
+    assert stop.traceback[0].path == Path(find_spec("pytest_laya.suites.server_under_test").origin)
 
 
 def test_limits_come_from_the_option_then_health_then_the_spec():
