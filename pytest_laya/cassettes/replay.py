@@ -43,7 +43,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, forget_parse, fresh_interactions, read_cassette
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
-from pytest_laya.wire.body import body_bytes
+from pytest_laya.wire.body import body_bytes, forget_view
 
 __all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
 
@@ -130,8 +130,10 @@ def _load(path: Path, data: dict[str, Any], api_key: str | None, config: Cassett
     index: dict[tuple[Any, ...], list[int]] = {}
     for i, (request, _) in enumerate(interactions):
         index.setdefault(match_key(request), []).append(i)
-    return _Loaded(head_of(data), tuple(interactions), index, tuple(sorted(scrubber._secrets - known)),
-                   _exact_index(interactions, index))
+    exact = _exact_index(interactions, index)
+    for request, _ in interactions:  # indexed: its body's view is asked again only by a miss's message
+        forget_view(request)
+    return _Loaded(head_of(data), tuple(interactions), index, tuple(sorted(scrubber._secrets - known)), exact)
 
 
 def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded | None:

@@ -123,19 +123,17 @@ def _played(route: Any, request: Request) -> tuple[Any, dict[str, Any] | None]:
 
 
 def httpx_response(recorded: dict[str, Any], shared: dict[str, Any] | None = None, *, httpx: Any) -> Any:
-    """The ``httpx.Response`` of a recorded response (as vcrpy's httpx stub builds it); its
-    headers built once for every play of it that `shared` keeps (`LayaRoute.laya_play`)."""
+    """The ``httpx.Response`` of a recorded response (as vcrpy's httpx stub builds it), with
+    headers of its own. `shared` (`LayaRoute.laya_play`) is not read: most recorded responses are
+    played once per process, and an ``httpx.Headers`` kept for a later play is four more objects
+    per interaction for the garbage collector to walk while its file is kept."""
     if "status_code" in recorded:  # pragma: no cover - vcrpy's pre-8 httpx format: vcrpy reads it
         from vcr.stubs.httpx_stubs import _deserialize_response
 
         return _deserialize_response(recorded, httpx)
     status = recorded["status"]
     message = status.get("message")
-    headers = shared.get("httpx_headers") if shared is not None else None
-    if headers is None:  # each response gets its own copy of them (httpx copies a Headers' list)
-        headers = httpx.Headers([(name, value) for name, values in recorded["headers"].items() for value in values])
-        if shared is not None:
-            shared["httpx_headers"] = headers
+    headers = [(name, value) for name, values in recorded["headers"].items() for value in values]
     return httpx.Response(status["code"], headers=headers, stream=httpx.ByteStream(recorded["body"]["string"]),
                           extensions={"reason_phrase": message.encode("ascii")} if message else None)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_laya.wire.json_text import canonical_json
 
-__all__ = ["NOT_JSON", "Body", "Members", "body_bytes", "body_of", "keep_body", "set_body"]
+__all__ = ["NOT_JSON", "Body", "Members", "body_bytes", "body_of", "forget_view", "keep_body", "set_body"]
 
 
 #: What `Body.json` and `Body.document` are for a body that is not one JSON document (or is empty).
@@ -180,6 +180,14 @@ def body_of(request: Any) -> Body:
     except AttributeError:  # pragma: no cover - a request type without a __dict__
         pass
     return view
+
+
+def forget_view(request: Any) -> None:
+    """Drop the view `body_of` keeps on `request` (the next `body_of` makes it again)."""
+    try:
+        del request._laya_body
+    except AttributeError:  # none kept, or a request type without a __dict__
+        pass
 
 
 def set_body(request: Any, view: Body) -> None:
