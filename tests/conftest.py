@@ -50,7 +50,7 @@ for _lazy in ("pytest_laya.specs.answer_check", "pytest_laya.client.unmocked", "
               "pytest_laya.plugin.split", "pytest_laya.fake.in_memory", "pytest_laya.suites.check_command",
               "vcr.stubs.aiohttp_stubs", "xdist.dsession"):
     importlib.import_module(_lazy)
-from tests.helpers.servers import LayaServes, SharedLayaServes
+from tests.helpers.servers import LAYA_SERVE_KEY, LayaServes, SharedLayaServes, reference_server
 
 #: Packages pytester's in-process runs keep once imported, rather than drop: torch registers its
 #: operator libraries once per process, so a module of theirs imported again (transformers'
@@ -154,6 +154,18 @@ def laya_serves(request, tmp_path_factory):
         serves = SharedLayaServes(tmp_path_factory.getbasetemp().parent, worker)
     yield serves
     serves.close()
+
+
+@pytest.fixture(scope="session")
+def keyed_reference_server():
+    """The reference server on the tiny checkpoint, keyed with `LAYA_SERVE_KEY`, one per process:
+    the modules that need a keyed one share it, as they share the plugin's `laya_reference_server`
+    for an open one (a start is 3-5 s of CPU, mostly its checkpoint's load and checks)."""
+    pytest.importorskip("laya", reason="needs the reference extra: pip install -e '.[reference]'")
+    from pytest_laya_reference.settings import ServerSettings
+
+    with reference_server(ServerSettings(api_key=LAYA_SERVE_KEY)) as thread:
+        yield thread
 
 
 #: The slowest tests (10 s and more in CI's --durations), longest first. They run first: under

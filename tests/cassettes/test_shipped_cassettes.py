@@ -197,25 +197,22 @@ def test_system1_refusals_replay_as_the_clients_errors(path, error, code, status
 # -- replayed decisions against the live servers they came from -------------------------------
 
 @pytest.fixture(scope="module")
-def live_servers(laya_serves):
+def live_servers(laya_serves, request):
     """The servers the decision cassettes came from, in the configurations they were recorded in
-    (laya-serve's as recording_servers.laya_serve starts them, shared with other modules)."""
+    (recording_servers starts laya-serve and the reference server so), shared with other modules:
+    laya-serve's (`laya_serves`), the open reference server (the plugin's `laya_reference_server`)
+    and the keyed one (`keyed_reference_server`, tests/conftest.py)."""
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-    import contextlib
+    from recording_servers import RunningServer
 
-    from recording_servers import reference_server
+    def get(kind: str, config: str):
+        if kind != REFERENCE:
+            return laya_serves(jev_strict=kind == LAYA_SERVE_STRICT, api_key=SERVER_KEY if config == "keyed" else None)
+        keyed = config == "keyed"
+        server = request.getfixturevalue("keyed_reference_server" if keyed else "laya_reference_server")
+        return RunningServer(url=server.url, api_key=SERVER_KEY if keyed else None)
 
-    with contextlib.ExitStack() as stack:
-        started: dict = {}
-
-        def get(kind: str, config: str):
-            if kind != REFERENCE:
-                return laya_serves(jev_strict=kind == LAYA_SERVE_STRICT, api_key=SERVER_KEY if config == "keyed" else None)
-            if config not in started:
-                started[config] = stack.enter_context(reference_server(keyed=config == "keyed"))
-            return started[config]
-
-        yield get
+    return get
 
 
 def same_number(a: float, b: float) -> bool:

@@ -47,7 +47,7 @@ from pytest_laya.wire.exchange import Exchange
 from tests.contract.server_twins import KEY as TWIN_KEY
 from tests.contract.server_twins import SERVER_CHOSEN_ID, SERVER_TWINS, answering
 from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
-from tests.helpers.servers import LAYA_SERVE_KEY, reference_server  # noqa: E402
+from tests.helpers.servers import LAYA_SERVE_KEY  # noqa: E402
 
 KEY = LAYA_SERVE_KEY  # the shared keyed laya-serve processes' key (tests/conftest.py)
 SUITE = ("--pyargs", "pytest_laya.suites.server")
@@ -88,25 +88,17 @@ def failed_checks(result) -> list[str]:
                   if report.failed)
 
 
-# -- servers, started once per module -----------------------------------------------------
+# -- servers: the reference servers and laya-serves every module shares (tests/conftest.py) ---
 
-def _reference(api_key=None):
+@pytest.fixture
+def reference(request):
     pytest.importorskip("laya", reason="needs the reference extra")
-    from pytest_laya_reference.settings import ServerSettings
-
-    return reference_server(ServerSettings(api_key=api_key))
+    return request.getfixturevalue("laya_reference_server")
 
 
-@pytest.fixture(scope="module")
-def reference():
-    with _reference() as thread:
-        yield thread
-
-
-@pytest.fixture(scope="module")
-def reference_keyed():
-    with _reference(api_key=KEY) as thread:
-        yield thread
+@pytest.fixture
+def reference_keyed(keyed_reference_server):
+    return keyed_reference_server
 
 
 @pytest.fixture(scope="module")

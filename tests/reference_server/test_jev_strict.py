@@ -109,9 +109,8 @@ def test_strict_batch_results_are_shaped_the_same(strict):
     meets_both_specs(response, "/v1/systemone/batch")
 
 
-def test_strict_mode_keeps_every_value_of_the_default_answer(strict):
-    with reference_server() as default:
-        full = plain_http("POST", default.url + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
+def test_strict_mode_keeps_every_value_of_the_default_answer(strict, laya_reference_server):
+    full = plain_http("POST", laya_reference_server.url + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
     shaped = plain_http("POST", strict + "/v1/systemone", json=REQUESTS[0], timeout=60).json()
     assert "latency_ms" not in full and "routing" in full
     for qid, answer in shaped["answers"].items():
@@ -119,13 +118,13 @@ def test_strict_mode_keeps_every_value_of_the_default_answer(strict):
     assert shaped["served_by"] == full["served_by"] and shaped["model"] == full["model"]
 
 
-def test_the_default_answer_meets_both_specs_but_not_a_strict_jev_client():
+def test_the_default_answer_meets_both_specs_but_not_a_strict_jev_client(laya_reference_server):
     # The strict check above can fail: laya's own additions break a client that refuses unknown
     # fields. The default answer still meets the current spec, so today's clients read it.
-    with reference_server() as default:
-        response = plain_http("POST", default.url + "/v1/systemone", json=REQUESTS[1], timeout=60)
-        batch = plain_http("POST", default.url + "/v1/systemone/batch", json={"states": [STATE], "questions": QUESTIONS},
-                           timeout=60)
+    default = laya_reference_server.url
+    response = plain_http("POST", default + "/v1/systemone", json=REQUESTS[1], timeout=60)
+    batch = plain_http("POST", default + "/v1/systemone/batch", json={"states": [STATE], "questions": QUESTIONS},
+                       timeout=60)
     meets_both_specs(response, "/v1/systemone")
     meets_both_specs(batch, "/v1/systemone/batch")
     with pytest.raises(jsonschema.ValidationError):
