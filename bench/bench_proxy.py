@@ -1,6 +1,11 @@
 #!/usr/bin/env python
 """The recording proxy's replay: what one decision costs through it, in one run, against the
-in-process path and a direct call to a loopback server.
+in-process path and a direct call to a loopback server; and its recording, as the cassette grows.
+
+First, ``--record-decisions`` exchanges (default 1,000; 0 skips it) are recorded through the
+standalone recording proxy (``python -m pytest_laya proxy --mode record``, in process), which
+saves the cassette after every exchange, each exchange timed: the p50 of the first and the last
+tenth, and their ratio (a save that grew with the file would show here).
 
 ``--decisions`` distinct decisions (default 200) are recorded once from the fake Laya server
 (`pytest_laya.fake.FakeLayaServer`) through a recording proxy into one cassette. Then, for
@@ -21,7 +26,7 @@ time per decision in each series (client and server threads together: the figure
 machine disturbs least). The goal (issue 37):
 the proxy's p50 at most 2 ms. A script run by hand, loopback only; nothing here asserts on time.
 
-    python bench/bench_proxy.py [--decisions 200] [--rounds 5] [--json]
+    python bench/bench_proxy.py [--decisions 200] [--rounds 5] [--record-decisions 1000] [--json]
 """
 
 from __future__ import annotations
@@ -85,6 +90,36 @@ def replay_route(path: Path) -> LayaRoute:
     return test.laya
 
 
+def recording(path: Path, decisions: int) -> dict[str, Any]:
+    """The standalone recording proxy (``python -m pytest_laya proxy --mode record``, in process),
+    which saves the cassette after every exchange: each of `decisions` exchanges timed; what the
+    first and the last tenth cost (the cassette grows by one interaction an exchange)."""
+    import argparse as _argparse
+
+    from pytest_laya.plugin.proxy_command import _settle_mode, _Standalone
+
+    samples = []
+    with FakeLayaServer() as fake:
+        options = _argparse.Namespace(mode="record", record=None, upstream=fake.url, cassettes=str(path.parent),
+                                      cassette=path.stem, spec="auto", conformance="enforce", port=0,
+                                      host="127.0.0.1")
+        _settle_mode(options)
+        standalone = _Standalone(options)
+        try:
+            with ProxyServer(target=standalone) as proxy, httpx.Client(base_url=proxy.url) as client:
+                for n in range(decisions):
+                    start = time.perf_counter_ns()
+                    client.post("/v1/systemone", json=body(n)).raise_for_status()
+                    samples.append(time.perf_counter_ns() - start)
+        finally:
+            standalone.close()
+    tenth = max(1, decisions // 10)
+    first, last = pct(samples[:tenth], 0.5), pct(samples[-tenth:], 0.5)
+    return {"decisions": decisions, "first_tenth_p50_ms": first, "last_tenth_p50_ms": last,
+            "last_over_first": last / first, "total_s": sum(samples) / 1e9,
+            "file_bytes": path.stat().st_size}
+
+
 CPU_NS: dict[str, int] = {}
 
 
@@ -111,10 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decisions", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--record-decisions", type=int, default=1000,
+                        help="exchanges recorded through the standalone proxy, each timed (0: skip)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as folder:
+        grown = recording(Path(folder) / "grown.yaml", args.record_decisions) if args.record_decisions else None
         path = Path(folder) / "bench.yaml"
         record(path, args.decisions)
         recorded = replay_route(path).cassette.data
@@ -164,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "proxy_over_direct_ms": p50["proxy"] - p50["direct loopback"],
         "goal": f"proxy p50 <= {GOAL_MS} ms per decision",
         "met": p50["proxy"] <= GOAL_MS,
+        "recording": grown,
     }
     if args.json:
         json.dump(report, sys.stdout, indent=2)
@@ -177,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: {ratio:.2f}x")
     print(f"  proxy - direct loopback: {report['proxy_over_direct_ms']:.3f} ms (the route's work)")
     print(f"  goal: {report['goal']}: {'met' if report['met'] else 'NOT met'}")
+    if grown:
+        print(f"  recording through the standalone proxy, saved after every exchange, {grown['decisions']} exchanges: "
+              f"p50 {grown['first_tenth_p50_ms']:.2f} ms in the first tenth, {grown['last_tenth_p50_ms']:.2f} ms in "
+              f"the last ({grown['last_over_first']:.2f}x); {grown['total_s']:.1f} s in all, a "
+              f"{grown['file_bytes'] // 1024} KiB cassette")
     return 0
 
 

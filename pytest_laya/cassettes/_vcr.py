@@ -160,6 +160,9 @@ class _LayaCassette:
             with self._laya_lock:
                 filtered = self._laya_filtered(request)
                 return bool(filtered) and any(not self.play_counts[i] for i in self._laya_recorded_matches(filtered))
+        if self.record_mode == "all":  # vcrpy's answer, without its scan of every interaction recorded so far
+            self._before_record_request(request)  # the filters still see it first (the scrubber learns its key)
+            return False
         if not self._replaying():
             return bool(super().can_play_response_for(request))  # type: ignore[misc]
         with self._laya_lock:

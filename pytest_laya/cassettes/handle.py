@@ -8,10 +8,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_laya.cassettes.disk import atomic_write, read_limited
+from pytest_laya.cassettes.disk import atomic_write, file_identity, read_limited
 from pytest_laya.cassettes.errors import CassetteError, CassetteUnplayed, Unplayed
 from pytest_laya.cassettes.persist import Persister, provenance_of, recorded_date, today
-from pytest_laya.cassettes.rendering import render, render_appended
+from pytest_laya.cassettes.rendering import GrowingCassetteText, render, render_appended
 from pytest_laya.cassettes.scrub import Scrubber
 
 __all__ = [
@@ -26,6 +26,16 @@ PROVENANCE_FORMAT = 1
 
 
 PROVENANCE_FIELDS = ("server", "identity", "spec", "laya_version")
+
+
+class _WholeText:
+    """A cassette's text rendered whole each time (a cassette saved once)."""
+
+    render = staticmethod(render)
+    render_appended = staticmethod(render_appended)
+
+
+_WHOLE = _WholeText()
 
 
 class CassetteHandle:
@@ -63,6 +73,12 @@ class CassetteHandle:
         #: Re-recorded unchanged, a cassette keeps its first recording date when that date is this
         #: ISO day or later (None: always); an older one is written again with today's date.
         self.keep_date_after: str | None = None
+        #: Set once the cassette is saved a second time (the standalone proxy saves after every
+        #: exchange): from then on each interaction is rendered once.
+        self._growing: GrowingCassetteText | None = None
+        self._saved = False
+        #: The identity of the file this handle wrote last, and the date it wrote into it.
+        self._written: tuple[Any, str] | None = None
         if provenance:
             self.set_provenance(**dict(provenance))
 
@@ -169,12 +185,15 @@ class CassetteHandle:
         return {"pytest_laya": {"format": PROVENANCE_FORMAT, **self._provenance, "recorded": recorded}}
 
     def _commit(self) -> str:
+        if self._saved and self._growing is None:
+            self._growing = GrowingCassetteText()
+        self._saved = True
         loaded = self._persister.loaded if self.appends else None
         if loaded is not None:
             return self._commit_appended(loaded)
         requests, responses = self.cassette.requests, self.cassette.responses
         date = today()
-        text = render(requests, responses, self._metadata(date))
+        text = (self._growing or _WHOLE).render(requests, responses, self._metadata(date))
         try:
             old = read_limited(self.path, "write")
         except CassetteError:
@@ -182,13 +201,20 @@ class CassetteHandle:
         if old is not None:
             if old == text:
                 return "unchanged"
-            old_date = recorded_date(self.path)
+            old_date = self._date_written() or recorded_date(self.path)
             keep = old_date is not None and old_date != date and (
                 self.keep_date_after is None or old_date >= self.keep_date_after)
             if keep and old_date is not None and old == render(requests, responses, self._metadata(old_date)):
                 return "unchanged"  # same interactions: keep the date they were first recorded on
         atomic_write(self.path, text)
+        self._written = (file_identity(self.path), date)
         return "written"
+
+    def _date_written(self) -> str | None:
+        """The recording date of the file this handle wrote last, while it is still that file (a
+        cassette saved after every exchange is not parsed again to learn it)."""
+        written = self._written
+        return written[1] if written is not None and written[0] == file_identity(self.path) else None
 
     def _commit_appended(self, old: Mapping[str, Any]) -> str:
         """The old file with what this run recorded appended; nothing new, the file is untouched."""
@@ -196,7 +222,8 @@ class CassetteHandle:
         if not new:
             return "unchanged"
         metadata = self._appended_metadata(old)
-        atomic_write(self.path, render_appended(old, [r for r, _ in new], [r for _, r in new], metadata))
+        atomic_write(self.path, (self._growing or _WHOLE).render_appended(
+            old, [r for r, _ in new], [r for _, r in new], metadata))
         return "appended"
 
     def _appended_metadata(self, old: Mapping[str, Any]) -> dict[str, Any]:
