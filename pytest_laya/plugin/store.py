@@ -69,7 +69,7 @@ def fail_unfetched(request: pytest.FixtureRequest, path: Path) -> None:
 
 
 def store_recorded(request: pytest.FixtureRequest, run: LayaRun, path: Path, outcome: str | None) -> None:
-    """With --laya-store-write: write a cassette just recorded (or appended to, or re-recorded unchanged) to the store."""
+    """With --laya-store-write: write a cassette just recorded, appended to, or left unchanged to the store."""
     if run.store is None or not run.store.writable or outcome not in (*WRITTEN_OUTCOMES, "unchanged") or not path.is_file():
         return
     from pytest_laya.store import StoreError

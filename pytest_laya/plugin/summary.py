@@ -20,7 +20,7 @@ from pytest_laya.plugin.unused import cassette_directories, find_unused, prune, 
 
 #: How each count reads in the terminal summary.
 CASSETTE_WORDS = {"played": "played", "missing": "missing (replay found no file)", "recorded": "recorded",
-                  "appended": "appended", "unchanged": "re-recorded unchanged",
+                  "appended": "appended", "unchanged": "unchanged (file untouched)",
                   "kept": "kept (test failed; the old file stays)",
                   "discarded": "discarded (test failed; nothing saved)",
                   "broken": "broken (replay could not read the file)", "unsaved": "not saved (the write failed)",

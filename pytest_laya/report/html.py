@@ -28,7 +28,7 @@ FAMILIES = (("operations", "operations"), ("headers", "headers"))
 MEASURED_SECTIONS = ("behaviour measured", "measured (reported, never failed on)")
 #: A test record's cassette `outcome` when its run recorded, as the Cassettes section says it.
 WRITTEN_WORDS = {"written": "recorded whole", "appended": "appended to (the requests it lacked)",
-                 "unchanged": "untouched (nothing new)"}
+                 "unchanged": "unchanged (file untouched)"}
 _DRIFT = re.compile(r"body at (?P<where>\S+) \(recorded (?P<recorded>-?[0-9.eE+-]+), now (?P<live>-?[0-9.eE+-]+)")
 _MEASURE = re.compile(r"^(?P<name>[^:]+): (?P<changed>\d+) of (?P<pairs>\d+)\b.*?largest probability (?:change|deviation) "
                       r"(?P<change>[0-9.]+)")

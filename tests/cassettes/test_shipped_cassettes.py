@@ -304,7 +304,7 @@ def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path, pytester
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, out[-6000:]
     count = len(cases_for(REFERENCE))
-    assert f"cassettes: {count} re-recorded unchanged" in out, out[-3000:]
+    assert f"cassettes: {count} unchanged (file untouched)" in out, out[-3000:]
     for shipped in sorted((CASSETTES / REFERENCE).glob("*.yaml")):
         assert (tmp_path / REFERENCE / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name
 

@@ -58,7 +58,7 @@ def _appending_run(pytester, server, report: str):
 
 def test_the_summary_and_the_json_report_tell_appended_recorded_and_untouched_apart(pytester, server):
     result = _appending_run(pytester, server, "report.json")
-    result.stdout.fnmatch_lines(["*cassettes: 1 recorded, 1 appended, 1 re-recorded unchanged;*"])
+    result.stdout.fnmatch_lines(["*cassettes: 1 recorded, 1 appended, 1 unchanged (file untouched);*"])
     report = report_of(pytester.path / "report.json")
     assert _counted(report) == {"recorded": 1, "appended": 1, "unchanged": 1}
     outcomes = {record["test"].rsplit("::", 1)[1]: record["outcome"] for record in report["tests"]}
@@ -77,7 +77,7 @@ def test_a_merged_report_adds_the_appended_counts_and_says_them(pytester, server
     capsys.readouterr()
     assert main(["report", "merge", str(pytester.path / "one.json"), str(pytester.path / "two.json"),
                  "--out", str(merged)]) == 0
-    assert "cassettes: 1 recorded, 2 appended, 3 re-recorded unchanged" in capsys.readouterr().out
+    assert "cassettes: 1 recorded, 2 appended, 3 unchanged (file untouched)" in capsys.readouterr().out
     merged_report = report_of(merged)
     assert _counted(merged_report) == {"recorded": 1, "appended": 2, "unchanged": 3}
     assert sorted(record["outcome"] for record in merged_report["tests"]) == \
@@ -92,5 +92,5 @@ def test_the_html_report_lists_each_cassette_as_appended_recorded_whole_or_untou
     page = render_html(report_of(pytester.path / "report.json"))
     assert "Cassettes: 1 appended, 1 recorded, 1 unchanged." in page
     for name, what in (("test_grows", "appended to (the requests it lacked)"), ("test_new", "recorded whole"),
-                       ("test_same", "untouched (nothing new)")):
+                       ("test_same", "unchanged (file untouched)")):
         assert f"test_it/{name}.yaml</code> {what}</li>" in page

@@ -68,7 +68,7 @@ def test_re_recording_says_which_answers_changed(pytester):
         run(pytester, "--laya-record", f"--laya-url={first.url}", "--laya-spec=target").assert_outcomes(passed=1)
     with FakeLayaServer(model="one") as same:
         unchanged = run(pytester, "--laya-record", f"--laya-url={same.url}", "--laya-spec=target")
-    unchanged.stdout.fnmatch_lines(["*cassettes: 1 re-recorded unchanged;*"])
+    unchanged.stdout.fnmatch_lines(["*cassettes: 1 unchanged (file untouched);*"])
     assert "answers changed" not in unchanged.stdout.str()
     with FakeLayaServer(model="two") as other:
         changed = run(pytester, "--laya-record", f"--laya-url={other.url}", "--laya-spec=target")

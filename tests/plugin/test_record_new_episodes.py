@@ -89,7 +89,7 @@ def test_a_test_with_no_new_request_leaves_its_cassette_untouched(pytester, serv
     sent_before = len(_decisions(server))
     result = _record(pytester, server, "--laya-record=new_episodes", "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*cassettes: 1 re-recorded unchanged*"])
+    result.stdout.fnmatch_lines(["*cassettes: 1 unchanged (file untouched)*"])
     assert cassette.read_bytes() == before and os.stat(cassette).st_mtime_ns == stat.st_mtime_ns
     assert len(_decisions(server)) == sent_before  # played, not sent
 

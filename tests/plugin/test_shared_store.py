@@ -85,7 +85,7 @@ def test_the_store_is_read_only_unless_store_write(pytester, s3):
         assert store.keys() == []
         written = run(pytester, "--laya-record", f"--laya-url={fake.url}", f"--laya-store={s3}", "--laya-store-write")
     written.assert_outcomes(passed=2)
-    written.stdout.fnmatch_lines(["*cassettes: 2 re-recorded unchanged, 2 written to the store;*"])
+    written.stdout.fnmatch_lines(["*cassettes: 2 unchanged (file untouched), 2 written to the store;*"])
     assert store.keys() == ["cassettes/test_it/test_again.yaml", "cassettes/test_it/test_refund.yaml"]
     assert store.get("cassettes/test_it/test_refund.yaml") == (pytester.path / "cassettes/test_it/test_refund.yaml").read_bytes()
     with pytest.raises(StoreError, match="read-only here: pass --laya-store-write"):
