@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from recording_cases import LAYA_SERVE, LAYA_SERVE_STRICT, MODEL, REFERENCE, SPEC_OF
-from recording_servers import RUNNING_LAYA_SERVES, SERVER_KEY, RunningServer, laya_serve, reference_server
+from recording_servers import RUNNING_SERVERS, SERVER_KEY, RunningServer, laya_serve, reference_server
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,16 +32,16 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "the recording suite runs on its own: .venv/bin/python -m pytest cassettes/recording --laya-record "
             "(or --laya-mode=verify), or pass --laya-cassette-dir")
-    if os.environ.get(RUNNING_LAYA_SERVES) and config.getoption("laya_mode") != "verify":
-        raise pytest.UsageError(f"{RUNNING_LAYA_SERVES} is for --laya-mode=verify only: a recording comes from "
+    if os.environ.get(RUNNING_SERVERS) and config.getoption("laya_mode") != "verify":
+        raise pytest.UsageError(f"{RUNNING_SERVERS} is for --laya-mode=verify only: a recording comes from "
                                 "servers the recording suite starts itself; unset it")
 
 
 def _running(kind: str) -> dict[str, Any]:
-    """The running laya-serves of `kind` that RUNNING_LAYA_SERVES names, by configuration."""
-    named = json.loads(os.environ.get(RUNNING_LAYA_SERVES) or "{}")
+    """The running servers of `kind` that RUNNING_SERVERS names, by configuration."""
+    named = json.loads(os.environ.get(RUNNING_SERVERS) or "{}")
     return {config: RunningServer(url=url, api_key=SERVER_KEY if config == "keyed" else None)
-            for name, url in named.items() for k, _, config in [name.partition("/")] if k == kind != REFERENCE}
+            for name, url in named.items() for k, _, config in [name.partition("/")] if k == kind}
 
 
 def _start(kind: str, config: str) -> Any:
@@ -97,9 +97,9 @@ def module_servers(request: pytest.FixtureRequest) -> Iterator[Any]:
         started: dict[str, Any] = {}
 
         def get(config: str) -> Any:
-            # laya-serve only: the reference server starts in this process in well under a
-            # second, and its engines loading at once race on transformers' lazy first import
-            # ("cannot import name 'AutoTokenizer'"), leaving them never ready.
+            # laya-serve only: reference servers start in this process one at a time, since
+            # their engines loading at once race on transformers' lazy first import ("cannot
+            # import name 'AutoTokenizer'"), leaving them never ready.
             if not started and kind != REFERENCE:
                 needed = sorted(set(_configs_selected(request)) | {config})
                 started.update({c: running[c] for c in needed if c in running})

@@ -29,11 +29,12 @@ READY_TIMEOUT_S = 120.0
 #: The API key of the keyed servers. A canary: it may appear in no cassette, in any spelling
 #: (tests/cassettes/test_shipped_cassettes.py looks).
 SERVER_KEY = "sk-cassette-canary-9d2f61c4"
-#: For `--laya-mode=verify` only: laya-serve processes already running in the configurations the
-#: cases need, as JSON {"KIND/CONFIG": URL} (a keyed one has SERVER_KEY), used instead of starting
-#: those. The kit's own suite passes its shared laya-serves (a start is ~4 s of CPU). A recording
-#: always comes from servers this suite starts: what a server has loaded shows in its /health.
-RUNNING_LAYA_SERVES = "LAYA_RECORDING_RUNNING_LAYA_SERVES"
+#: For `--laya-mode=verify` only: servers already running (laya-serve, the reference server) in
+#: the configurations the cases need, as JSON {"KIND/CONFIG": URL} (a keyed one has SERVER_KEY),
+#: used instead of starting those. The kit's own suite passes its shared open and keyed ones (a
+#: start is 3-5 s of CPU). A recording always comes from servers this suite starts: what a server
+#: has loaded shows in its /health.
+RUNNING_SERVERS = "LAYA_RECORDING_RUNNING_SERVERS"
 #: How long a busy server waits for a stalled upload's body: the saturation must outlast a case.
 BUSY_BODY_TIMEOUT_S = 60.0
 

@@ -43,7 +43,7 @@ from recording_cases import (  # noqa: E402
     cases_for,
     decision_cases,
 )
-from recording_servers import RUNNING_LAYA_SERVES, SERVER_KEY  # noqa: E402
+from recording_servers import RUNNING_SERVERS, SERVER_KEY  # noqa: E402
 
 SHIPPED = sorted(p for p in CASSETTES.rglob("*.yaml") if RECORDING not in p.parents)
 SYSTEM1_KINDS = ("worker", "frontend", "frontend-down", "laya-serve-0.3.20")
@@ -282,15 +282,17 @@ def run_recording_suite(pytester, monkeypatch, target: Path, *args: str, env: di
     return pytester.runpytest(str(target.relative_to(ROOT)), *args)
 
 
-def test_verify_passes_against_the_reference_and_laya_serve_servers(laya_serves, pytester, monkeypatch):
+def test_verify_passes_against_the_reference_and_laya_serve_servers(laya_serves, pytester, monkeypatch, request):
     pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
-    # The open and keyed laya-serves are the suite's shared ones (verify ignores what a server has
-    # loaded since; four starts are ~16 s of CPU); the busy ones and every reference server start fresh.
+    # The open and keyed servers are the suite's shared ones (verify ignores what a laya-serve has
+    # loaded since; six starts are 20-25 s of CPU); the busy and warming ones start fresh.
     running = {f"{kind}/{config}": laya_serves(jev_strict=kind == LAYA_SERVE_STRICT,
                                                api_key=SERVER_KEY if config == "keyed" else None).url
                for kind in (LAYA_SERVE, LAYA_SERVE_STRICT) for config in ("open", "keyed")}
+    running[f"{REFERENCE}/open"] = request.getfixturevalue("laya_reference_server").url
+    running[f"{REFERENCE}/keyed"] = request.getfixturevalue("keyed_reference_server").url
     result = run_recording_suite(pytester, monkeypatch, RECORDING, "--laya-mode=verify", "-q",
-                                 env={RUNNING_LAYA_SERVES: json.dumps(running)})
+                                 env={RUNNING_SERVERS: json.dumps(running)})
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, out[-6000:]
     assert f"verify: {len(SHIPPED) - len(SYSTEM1)} cassettes," in out and " 0 cassettes drifted" in out
@@ -309,14 +311,14 @@ def test_re_recording_the_reference_cassettes_changes_nothing(tmp_path, pytester
         assert (tmp_path / REFERENCE / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name
 
 
-def test_running_laya_serves_are_used_by_verify_only(monkeypatch):
+def test_running_servers_are_used_by_verify_only(monkeypatch):
     from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("recording_conftest", RECORDING / "conftest.py")
     assert spec is not None and spec.loader is not None
     recording_conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recording_conftest)
-    monkeypatch.setenv(RUNNING_LAYA_SERVES, json.dumps({
+    monkeypatch.setenv(RUNNING_SERVERS, json.dumps({
         f"{LAYA_SERVE}/open": "http://127.0.0.1:1", f"{LAYA_SERVE}/keyed": "http://127.0.0.1:2",
         f"{LAYA_SERVE_STRICT}/open": "http://127.0.0.1:3", f"{REFERENCE}/open": "http://127.0.0.1:4"}))
 
@@ -326,9 +328,10 @@ def test_running_laya_serves_are_used_by_verify_only(monkeypatch):
 
     recording_conftest.pytest_configure(configured("verify"))
     for mode in (None, "record", "live"):  # --laya-record leaves --laya-mode unset
-        with pytest.raises(pytest.UsageError, match=f"{RUNNING_LAYA_SERVES} is for --laya-mode=verify only"):
+        with pytest.raises(pytest.UsageError, match=f"{RUNNING_SERVERS} is for --laya-mode=verify only"):
             recording_conftest.pytest_configure(configured(mode))
     running = recording_conftest._running(LAYA_SERVE)
     assert {c: (s.url, s.api_key) for c, s in running.items()} == {
         "open": ("http://127.0.0.1:1", None), "keyed": ("http://127.0.0.1:2", SERVER_KEY)}
-    assert recording_conftest._running(REFERENCE) == {}  # the reference server always starts in the suite
+    assert {c: (s.url, s.api_key) for c, s in recording_conftest._running(REFERENCE).items()} == {
+        "open": ("http://127.0.0.1:4", None)}
