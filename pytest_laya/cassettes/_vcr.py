@@ -84,6 +84,9 @@ class _LayaCassette:
     def _appending(self) -> bool:
         return bool(self.record_mode == RecordMode.NEW_EPISODES.vcr_record_mode)
 
+    def _recording_whole(self) -> bool:
+        return bool(self.record_mode == RecordMode.ALL.vcr_record_mode)
+
     def _load(self) -> None:
         """Replay (and appending): vcrpy's load, minus its deep copies of objects nobody else holds.
 
@@ -160,7 +163,7 @@ class _LayaCassette:
             with self._laya_lock:
                 filtered = self._laya_filtered(request)
                 return bool(filtered) and any(not self.play_counts[i] for i in self._laya_recorded_matches(filtered))
-        if self.record_mode == "all":  # vcrpy's answer, without its scan of every interaction recorded so far
+        if self._recording_whole():  # vcrpy's answer, without its scan of every interaction recorded so far
             self._before_record_request(request)  # the filters still see it first (the scrubber learns its key)
             return False
         if not self._replaying():
