@@ -26,17 +26,43 @@ __all__ = ["DECISION_PATHS", "RuleViolation", "answer_violations"]
 DECISION_PATHS = {"/v1/systemone": False, "/v1/systemone/batch": True}
 
 
+#: Questions normalised, by their JSON text as a request body carried them: a suite asks the same
+#: questions of many states, and normalising is a function of that text (its order, types and
+#: values). Bounded; the values are read, never changed.
+_ASKED: dict[str, dict[str, AskedQuestion] | None] = {}
+_ASKED_MAX = 256
+_ASKED_LONGEST = 16 * 1024
+_UNSEEN: Any = object()
+
+
 def _asked(request_body: Any) -> dict[str, AskedQuestion] | None:
-    if isinstance(request_body, (bytes, bytearray, str)):
+    parsed = isinstance(request_body, (bytes, bytearray, str))
+    if parsed:
         try:
             request_body = json.loads(request_body)
         except (ValueError, RecursionError):
             return None
     questions = request_body.get("questions") if isinstance(request_body, Mapping) else None
-    try:
-        return normalize_questions(questions) if isinstance(questions, Mapping) else None
-    except LayaConfigError:
+    if not isinstance(questions, Mapping):
         return None
+    key = None
+    if parsed:  # JSON's own values (string member names): equal texts, equal questions
+        try:
+            key = json.dumps(questions)
+        except (ValueError, RecursionError):
+            key = None
+        found = _ASKED.get(key, _UNSEEN) if key is not None else _UNSEEN
+        if found is not _UNSEEN:
+            return found  # type: ignore[no-any-return]
+    try:
+        asked: dict[str, AskedQuestion] | None = normalize_questions(questions)
+    except LayaConfigError:
+        asked = None
+    if key is not None and len(key) <= _ASKED_LONGEST:
+        if len(_ASKED) >= _ASKED_MAX:
+            _ASKED.clear()
+        _ASKED[key] = asked
+    return asked
 
 
 def _faulted(where: str, schema_faults: list[str]) -> bool:
