@@ -109,7 +109,8 @@ async def test_async_httpx(laya_server):
         with pytest.raises(httpx.ReadTimeout):
             await client.post(laya_server.url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS})
 """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--laya-mode=fake", "-o", "asyncio_mode=auto")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--laya-mode=fake", "-o", "asyncio_mode=auto",
+                                "-o", "asyncio_default_fixture_loop_scope=function")
     result.assert_outcomes(passed=4)
 
 
