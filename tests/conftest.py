@@ -175,6 +175,7 @@ def keyed_reference_server():
 #: worker runs them one after another and the others take the rest of its share from its end.
 SLOWEST_FIRST = (
     "tests/cassettes/test_shipped_cassettes.py::test_verify_passes_against_the_reference_and_laya_serve_servers",
+    "tests/contract/test_server_contract.py::test_check_without_a_spec_holds_laya_serve_to_the_current_spec_listing_only_target_gaps",
     "tests/reference_server/test_hostile_input.py::test_memory_returns_near_its_level_after_rounds_of_large_requests",
     "tests/cassettes/test_shipped_cassettes.py::test_re_recording_the_reference_cassettes_changes_nothing",
     "tests/specs/test_schema_compiler.py::test_recorded_bodies_and_their_mutations_agree_on_their_own_schemas",
