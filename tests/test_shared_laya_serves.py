@@ -1,16 +1,19 @@
 """The xdist workers share one laya-serve per configuration (tests/helpers/servers.py,
 `SharedLayaServes`): the first asks starts it, the last to finish stops it, and the controller
-stops what a worker that died left. A sleeping process stands in for laya-serve here."""
+stops what a worker that died left. A sleeping process stands in for laya-serve here, but in
+the last test, which looks at the environment of the suite's own keyed one."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.helpers import servers
-from tests.helpers.servers import SharedLayaServes
+from tests.helpers.servers import LAYA_SERVE_KEY, SharedLayaServes
 
 
 @pytest.fixture
@@ -66,3 +69,23 @@ def test_the_controller_stops_what_a_dead_worker_left(tmp_path, stand_ins):
 def test_the_registry_holds_no_api_key(tmp_path, stand_ins):
     SharedLayaServes(tmp_path, "gw0")(api_key="sk-registry-canary")
     assert "sk-registry-canary" not in (tmp_path / SharedLayaServes.REGISTRY).read_text()
+
+
+def _environment_of_the_process_serving(port: int) -> dict[str, str]:
+    for entry in Path("/proc").iterdir():
+        try:
+            raw = (entry / "environ").read_bytes()
+        except OSError:  # not a process, gone, or not ours
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if env.get("LAYA_PORT") == str(port) and "LAYA_EXTRA_MODELS" in env:
+            return env
+    raise AssertionError(f"no laya-serve process serves port {port}")
+
+
+def test_the_shared_laya_serves_wait_for_work_without_spinning(laya_serves):
+    # libgomp's threads otherwise spin between parallel regions and take the cores from the
+    # tests sending the requests (QUIET_OPENMP in tests/helpers/servers.py).
+    pytest.importorskip("laya", reason="needs the reference extra (laya[serve])")
+    port = urlsplit(laya_serves(api_key=LAYA_SERVE_KEY).url).port
+    assert _environment_of_the_process_serving(port).get("OMP_WAIT_POLICY") == "PASSIVE"

@@ -70,6 +70,15 @@ def reference_server(settings: Any = None, *, models: Mapping[str, str] | None =
 LAYA_SERVE_KEY = "sk-cassette-canary-9d2f61c4"
 
 
+#: The environment the suite's shared laya-serves run with. By default libgomp's threads spin
+#: after each parallel region, waiting for the next, and on a busy machine (as every run of the
+#: suite's three workers on two cores is) take the cores from the processes sending the requests:
+#: a server contract run over laya-serve at load 3.7 took 23-26 s of wall, with PASSIVE 6.5-6.8 s.
+#: The answers are the same: the wait policy is not the arithmetic. Tests of laya-serve's own
+#: launcher start it as it is.
+QUIET_OPENMP = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 class LayaServes:
     """This pytest process's laya-serve 0.4.15 processes on the tiny checkpoint, one per
     configuration, each started on first use and stopped by `close()` (the session's end).
@@ -92,7 +101,7 @@ class LayaServes:
             from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
             server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
-                                      startup_timeout_s=READY_TIMEOUT_S)
+                                      startup_timeout_s=READY_TIMEOUT_S, extra_env=QUIET_OPENMP)
             self._started[config] = self._stack.enter_context(server)
         return self._started[config]
 
@@ -172,7 +181,7 @@ class SharedLayaServes:
         from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
 
         server = LayaServeProcess(embedded_checkpoint_dir(), api_key=api_key, jev_strict=jev_strict,
-                                  startup_timeout_s=READY_TIMEOUT_S).start()
+                                  startup_timeout_s=READY_TIMEOUT_S, extra_env=QUIET_OPENMP).start()
         self._started.append(server)
         return {"port": server.port, "pid": server.pid, "start": _start_time(server.pid), "users": []}
 
