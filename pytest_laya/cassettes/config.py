@@ -77,6 +77,11 @@ class CassetteConfig:
     allowed_hosts: tuple[str, ...] = ()
     ignore_hosts: tuple[str, ...] = ()
 
+    @property
+    def filters(self) -> tuple[tuple[str, Replacement], ...]:
+        """Every (name, replacement) pair of the header, query and post-data filters."""
+        return (*self.filter_headers, *self.filter_query_parameters, *self.filter_post_data_parameters)
+
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any] | None, *, where: str = "laya_vcr_config",
                      lenient: bool = False) -> CassetteConfig:

@@ -54,8 +54,7 @@ def native_config(config: CassetteConfig) -> bool:
     """Whether the kit's own replay serves `config`: no hook of the project's to hand vcrpy objects to."""
     if config.before_record_request is not None or config.before_record_response is not None:
         return False
-    pairs = (*config.filter_headers, *config.filter_query_parameters, *config.filter_post_data_parameters)
-    return not any(callable(replacement) for _, replacement in pairs)
+    return not any(callable(replacement) for _, replacement in config.filters)
 
 
 @dataclass(frozen=True)
@@ -298,8 +297,7 @@ class ReplayCassette:
         self._index = loaded.index if loaded is not None else {}
         config = scrubber.config
         # Requests found by their bytes (`_exact`) when filtering could change nothing matching reads.
-        self._exact = loaded.exact if loaded is not None and not (
-            config.filter_headers or config.filter_query_parameters or config.filter_post_data_parameters) else {}
+        self._exact = loaded.exact if loaded is not None and not config.filters else {}
         self._exact_last: tuple[Any, list[int] | None] | None = None
         self.play_counts = [0] * len(self.data)
         self._lock = threading.RLock()
