@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -211,6 +212,20 @@ class KeptByFile(Generic[V]):
                 return None
             self._items.move_to_end(key)
             return cached[1]
+
+    def read(self, path: Path, make: Callable[[], V | None]) -> V | None:
+        """What `make()` works out from the file at `path`, kept while the file is unchanged; None
+        when there is no file, or when `make` gives None (not kept)."""
+        identity = file_identity(path)
+        if identity is None:
+            return None
+        cached = self.get(path, identity)
+        if cached is not None:
+            return cached
+        value = make()
+        if value is not None:
+            self.keep(path, identity, value)
+        return value
 
     def forget(self, path: Path) -> None:
         """Drop what is kept for `path` (its reader keeps what it needs of it)."""

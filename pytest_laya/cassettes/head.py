@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_laya.cassettes import derived
-from pytest_laya.cassettes.disk import KeptByFile, file_identity, read_limited
+from pytest_laya.cassettes.disk import KeptByFile, read_limited
 from pytest_laya.cassettes.persist import read_cassette
 
 __all__ = ["head_of", "read_head"]
@@ -34,23 +34,21 @@ def read_head(path: Path) -> dict[str, Any] | None:
     is read instead of parsing the file: replay then takes the interactions from its own entry and
     parses nothing. Shared with later reads of the unchanged file: read-only.
     """
-    identity = file_identity(path)
-    if identity is None:
-        return None
-    cached = _HEADS.get(path, identity)
-    if cached is not None:
-        return cached
-    head = None
+    return _HEADS.read(path, lambda: _made_head(path))
+
+
+def _made_head(path: Path) -> dict[str, Any] | None:
+    """`read_head` of a file not kept: an earlier run's head of its bytes, else its parse's."""
     if derived.directory() is not None:
         raw = read_limited(path)
         if raw is None:
             return None
-        head = derived.head(raw) if raw.strip() else None  # an earlier run's, of these very bytes
-    if head is None:
-        data = read_cassette(path)  # parsed and checked (an empty file refused), kept by path
-        if data is None:
-            return None
-        head = head_of(data)
-        derived.note_head(data, head)
-    _HEADS.keep(path, identity, head)
+        earlier: dict[str, Any] | None = derived.head(raw) if raw.strip() else None  # of these very bytes
+        if earlier is not None:
+            return earlier
+    data = read_cassette(path)  # parsed and checked (an empty file refused), kept by path
+    if data is None:
+        return None
+    head = head_of(data)
+    derived.note_head(data, head)
     return head

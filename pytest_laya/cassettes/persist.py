@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_laya.cassettes.disk import REPAIR, KeptByFile, atomic_write, file_identity, read_limited
+from pytest_laya.cassettes.disk import REPAIR, KeptByFile, atomic_write, read_limited
 from pytest_laya.cassettes.errors import CassetteError
 from pytest_laya.cassettes.rendering import render, render_appended
 
@@ -240,16 +240,7 @@ def read_cassette(path: Path) -> dict[str, Any] | None:
     The result is shared with later reads of the unchanged file: treat it as read-only
     (`fresh_interactions` gives vcrpy objects of one's own).
     """
-    identity = file_identity(path)
-    if identity is None:
-        return None
-    cached = _PARSED.get(path, identity)
-    if cached is not None:
-        return cached
-    data = _parse_cassette(path)
-    if data is not None:
-        _PARSED.keep(path, identity, data)
-    return data
+    return _PARSED.read(path, lambda: _parse_cassette(path))
 
 
 def forget_parse(path: Path) -> None:
