@@ -23,14 +23,20 @@ class _Parsed:
         return data
 
 
+def _serialized(requests: list[Any], responses: list[Any]) -> dict[str, Any]:
+    """vcrpy's cassette document of these interactions (``version`` and ``interactions``), of copies."""
+    from vcr import serialize
+
+    data: dict[str, Any] = serialize.serialize(
+        {"requests": copy.deepcopy(requests), "responses": copy.deepcopy(responses)}, _Parsed)
+    return data
+
+
 def render(requests: list[Any], responses: list[Any], metadata: Mapping[str, Any] | None) -> bytes:
     """The YAML text of a cassette, as plain vcrpy writes it, plus `metadata`."""
-    from vcr import serialize
     from vcr.serializers import yamlserializer
 
-    data = serialize.serialize({"requests": copy.deepcopy(requests), "responses": copy.deepcopy(responses)},
-                               _Parsed)
-    data = dict(data)
+    data = dict(_serialized(requests, responses))
     if metadata:
         data["metadata"] = copy.deepcopy(dict(metadata))
     text: str = yamlserializer.serialize(data)
@@ -45,11 +51,9 @@ def render_appended(old: Mapping[str, Any], requests: list[Any], responses: list
     them (scrubbed again, request ids taken out): they stay the values that were served, and a
     file vcrpy or the kit wrote keeps its old interactions byte for byte.
     """
-    from vcr import serialize
     from vcr.serializers import yamlserializer
 
-    new = serialize.serialize({"requests": copy.deepcopy(requests), "responses": copy.deepcopy(responses)},
-                              _Parsed)["interactions"]
+    new = _serialized(requests, responses)["interactions"]
     data = {key: value for key, value in old.items() if key != "metadata"}
     data["interactions"] = [*old["interactions"], *new]
     if metadata:
@@ -85,7 +89,7 @@ class GrowingCassetteText:
         """`render(requests, responses, metadata)`."""
         sources: list[tuple[tuple[int, ...], Any]] = [((id(q), id(s)), (q, s)) for q, s in zip(requests, responses)]
         tail = {"version": 1, **({"metadata": dict(metadata)} if metadata else {})}
-        text = None if self._whole else self._text(sources, self._recorded, tail)
+        text = None if self._whole else self._text(sources, tail)
         return text if text is not None else render(requests, responses, metadata)
 
     def render_appended(self, old: Mapping[str, Any], requests: list[Any], responses: list[Any],
@@ -96,21 +100,18 @@ class GrowingCassetteText:
         tail = {key: value for key, value in old.items() if key not in ("interactions", "metadata")}
         if metadata:
             tail["metadata"] = dict(metadata)
-        text = None if self._whole else self._text(sources, self._item, tail)
+        text = None if self._whole else self._text(sources, tail)
         return text if text is not None else render_appended(old, requests, responses, metadata)
 
     @staticmethod
-    def _recorded(source: Any) -> Any:
-        from vcr import serialize
-
+    def _item(source: Any) -> Any:
+        """An old interaction (a parsed mapping) copied, or a recorded (request, response) serialized."""
+        if isinstance(source, Mapping):
+            return copy.deepcopy(source)
         request, response = source
-        return serialize.serialize({"requests": [copy.deepcopy(request)], "responses": [copy.deepcopy(response)]},
-                                   _Parsed)["interactions"][0]
+        return _serialized([request], [response])["interactions"][0]
 
-    def _item(self, source: Any) -> Any:
-        return copy.deepcopy(source) if isinstance(source, Mapping) else self._recorded(source)
-
-    def _text(self, sources: list[tuple[tuple[int, ...], Any]], item_of: Any, tail: dict[str, Any]) -> bytes | None:
+    def _text(self, sources: list[tuple[tuple[int, ...], Any]], tail: dict[str, Any]) -> bytes | None:
         from vcr.serializers import yamlserializer
 
         if not sources or any(key < "interactions" for key in tail):
@@ -126,7 +127,7 @@ class GrowingCassetteText:
             if containers & self._containers:  # shared with another interaction: a whole dump anchors it
                 self._whole = True
                 return None
-            chunk: str = yamlserializer.serialize({"interactions": [item_of(source)]})
+            chunk: str = yamlserializer.serialize({"interactions": [self._item(source)]})
             if not chunk.startswith(_HEAD) or "&id" in chunk:
                 self._whole = True
                 return None
