@@ -29,6 +29,7 @@ from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
+from .encoder_masks import EncoderMasks
 from .packing import packed_disagrees, predict_packed
 
 R = TypeVar("R")
@@ -262,6 +263,7 @@ class LayaEngine:
         self._ready = False
         self._closed = False
         self._agents: dict[str, Any] = {}
+        self._masks: dict[str, EncoderMasks | None] = {}  # per packed checkpoint, where they apply
         self._packed: dict[str, bool] = {}
         self._pool: CorePool | None = None
         self._inflight = 0           # predict calls running
@@ -381,9 +383,9 @@ class LayaEngine:
                 if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
                     job = pool.lone_job(conf.name)
-                    results = predict_packed(agent, rows, job.run, job.lanes)
+                    results = predict_packed(agent, rows, job.run, job.lanes, masks=self._masks.get(conf.name))
                 else:
-                    results = predict_packed(agent, rows, pool.run)
+                    results = predict_packed(agent, rows, pool.run, masks=self._masks.get(conf.name))
             else:
                 # laya's own path shares the cores too: on the wide thread when alone, else on one
                 # thread; never an OpenMP team of its own on this thread (``CorePool.on_wide``).
@@ -446,6 +448,10 @@ class LayaEngine:
             self._ready = False
             self._closed = True
             router, self._router = self._router, None
+            masks, self._masks = list(self._masks.values()), {}
+        for kept in masks:
+            if kept is not None:
+                kept.close()
         if router is not None:
             try:
                 router.unload()
@@ -465,8 +471,20 @@ class LayaEngine:
         return CorePool(cores, workers=self._passes)
 
     def _packing_agrees(self, conf: _Configured, agent: Any) -> bool:
-        """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does."""
+        """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does,
+        with the encoder's masks built directly where they apply (``EncoderMasks``), else with
+        transformers' own."""
         assert self._pool is not None
+        masks = EncoderMasks.attach(agent)
+        if masks is not None:
+            mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, masks)
+            if mismatch is None:
+                self._masks[conf.name] = masks
+                return True
+            masks.close()
+            print("laya-reference-server: warning: checkpoint %r: the encoder's masks are left to transformers: "
+                  "built directly, packed passes disagree with laya's Router.predict_batch (%s)" % (conf.name, mismatch),
+                  file=sys.stderr, flush=True)
         mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run)
         if mismatch is None:
             return True

@@ -15,8 +15,11 @@ Heavy imports: numpy, torch and laya, inside functions only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
+
+from .encoder_masks import EncoderMasks
 
 __all__ = ["EncodedRequest", "PROBES", "encode_requests", "packed_disagrees", "plan_passes", "predict_packed"]
 
@@ -85,14 +88,15 @@ def _even_groups(order: list[int], count: int) -> list[list[int]]:
 def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]],
                    run: Callable[..., list[Any]],
                    lanes: int | Callable[[Sequence[int]], int] = 1,
-                   pass_tokens: int = PASS_TOKENS) -> list[dict[str, Any]]:
+                   pass_tokens: int = PASS_TOKENS, masks: EncoderMasks | None = None) -> list[dict[str, Any]]:
     """laya's result dict (``answers``, ``usage``) per request, from passes shared by all of them.
 
     ``run(fn, passes, tokens, alone)`` must return ``[fn(p) for p in passes]``; it may run
     passes at once (``tokens``: each one's padded tokens), except those flagged in ``alone``: a
     row longer than ``pass_tokens`` runs by itself (one row at a window of 8,192 tokens holds
     about 1 GB of masks and activations). ``lanes``: the fewest passes to plan, or a function
-    of the rows' token lengths that says it (``cores.LoneJob.lanes``).
+    of the rows' token lengths that says it (``cores.LoneJob.lanes``). ``masks``: the agent's
+    ``EncoderMasks``, where they apply (``EncoderMasks.attach``).
     """
     import numpy as np
     import torch
@@ -105,7 +109,8 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
 
     def forward(indices: list[int]) -> tuple[Any, Any]:
         batch = collate_items([[encoded[rows[i][0]].items[rows[i][1]] for i in indices]], agent.tok.pad_token_id)
-        with torch.no_grad():  # grad mode is per thread; predict_batch runs under no_grad too
+        with torch.no_grad(), masks.building() if masks is not None else nullcontext():
+            # grad mode is per thread; predict_batch runs under no_grad too
             logits_and_act: tuple[Any, Any] = agent._forward(batch)
             return logits_and_act
 
@@ -181,16 +186,18 @@ PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (
 )
 
 
-def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[Any]]) -> str | None:
-    """Where packed passes first answer ``PROBES`` otherwise than laya's ``Router.predict_batch``
-    on the checkpoint ``key`` (answers and usage), or None when they agree everywhere."""
+def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[Any]],
+                     masks: EncoderMasks | None = None) -> str | None:
+    """Where packed passes (with ``masks``) first answer ``PROBES`` otherwise than laya's
+    ``Router.predict_batch`` on the checkpoint ``key`` (answers and usage), or None when they
+    agree everywhere."""
     items = []
     for state, questions, max_len, head_max_len in PROBES:
         windows = {k: v for k, v in (("max_len", max_len), ("head_max_len", head_max_len)) if v is not None}
         items.append((state, {q: dict(d) for q, d in questions.items()}, windows))
     try:
         want = router.predict_batch([{"state": s, "questions": q, "model": key, **w} for s, q, w in items])
-        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256)  # several passes, mixed sets
+        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256, masks=masks)  # several passes, mixed sets
         # laya's path adds its routing decision and names its agent; answers and usage must agree.
         return _first_difference([{k: r[k] for k in ("answers", "usage")} for r in got],
                                  [{k: r[k] for k in ("answers", "usage")} for r in want])

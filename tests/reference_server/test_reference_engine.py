@@ -976,9 +976,9 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
     calls: list[int] = []
     original = packing.predict_packed
 
-    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0) -> Any:
+    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0, masks: Any = None) -> Any:
         calls.append(len(requests))
-        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS)
+        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS, masks)
         for result in out:  # a laya whose internals moved: one number off
             for answer in result["answers"].values():
                 if "noul" in answer:
