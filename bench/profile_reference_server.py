@@ -95,7 +95,7 @@ CHECKPOINT = str(bench.ROOT / "pytest_laya_reference" / "checkpoints" / "tiny")
 
 #: (category, substrings of a sampled stack), first match wins; inference threads only.
 INFERENCE = [
-    ("forward pass (torch)", ("Agent._forward", "Agent._infer", "run_forward")),
+    ("forward pass (torch)", ("Agent._forward", "Agent._infer", "run_forward", "PackedForward")),
     ("tokenisation (laya _encode_state)", ("Agent._encode_state",)),
     ("collation (padding rows to one tensor)", ("collate_items",)),
     ("answer decoding (laya _decode_answers)", ("Agent._decode_answers",)),

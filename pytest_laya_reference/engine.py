@@ -29,7 +29,7 @@ from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
-from .encoder_masks import EncoderMasks
+from .packed_forward import PackedForward
 from .packing import packed_disagrees, predict_packed
 
 R = TypeVar("R")
@@ -263,7 +263,8 @@ class LayaEngine:
         self._ready = False
         self._closed = False
         self._agents: dict[str, Any] = {}
-        self._masks: dict[str, EncoderMasks | None] = {}  # per packed checkpoint, where they apply
+        # per packed checkpoint where it applies: what runs a pass (a PackedForward)
+        self._forwards: dict[str, Callable[[dict[str, Any]], tuple[Any, Any]]] = {}
         self._packed: dict[str, bool] = {}
         self._pool: CorePool | None = None
         self._inflight = 0           # predict calls running
@@ -383,9 +384,9 @@ class LayaEngine:
                 if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
                     job = pool.lone_job(conf.name)
-                    results = predict_packed(agent, rows, job.run, job.lanes, masks=self._masks.get(conf.name))
+                    results = predict_packed(agent, rows, job.run, job.lanes, forward=self._forwards.get(conf.name))
                 else:
-                    results = predict_packed(agent, rows, pool.run, masks=self._masks.get(conf.name))
+                    results = predict_packed(agent, rows, pool.run, forward=self._forwards.get(conf.name))
             else:
                 # laya's own path shares the cores too: on the wide thread when alone, else on one
                 # thread; never an OpenMP team of its own on this thread (``CorePool.on_wide``).
@@ -448,10 +449,7 @@ class LayaEngine:
             self._ready = False
             self._closed = True
             router, self._router = self._router, None
-            masks, self._masks = list(self._masks.values()), {}
-        for kept in masks:
-            if kept is not None:
-                kept.close()
+            self._forwards = {}
         if router is not None:
             try:
                 router.unload()
@@ -472,18 +470,16 @@ class LayaEngine:
 
     def _packing_agrees(self, conf: _Configured, agent: Any) -> bool:
         """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does,
-        with the encoder's masks built directly where they apply (``EncoderMasks``), else with
-        transformers' own."""
+        run by ``PackedForward`` where it applies, else by laya's ``Agent._forward``."""
         assert self._pool is not None
-        masks = EncoderMasks.attach(agent)
-        if masks is not None:
-            mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, masks)
+        forward = PackedForward.attach(agent)
+        if forward is not None:
+            mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, forward)
             if mismatch is None:
-                self._masks[conf.name] = masks
+                self._forwards[conf.name] = forward
                 return True
-            masks.close()
-            print("laya-reference-server: warning: checkpoint %r: the encoder's masks are left to transformers: "
-                  "built directly, packed passes disagree with laya's Router.predict_batch (%s)" % (conf.name, mismatch),
+            print("laya-reference-server: warning: checkpoint %r: packed passes run laya's own forward: "
+                  "the lean one disagrees with laya's Router.predict_batch (%s)" % (conf.name, mismatch),
                   file=sys.stderr, flush=True)
         mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run)
         if mismatch is None:

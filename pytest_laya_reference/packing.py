@@ -15,11 +15,8 @@ Heavy imports: numpy, torch and laya, inside functions only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
-
-from .encoder_masks import EncoderMasks
 
 __all__ = ["EncodedRequest", "PROBES", "encode_requests", "packed_disagrees", "plan_passes", "predict_packed"]
 
@@ -88,15 +85,17 @@ def _even_groups(order: list[int], count: int) -> list[list[int]]:
 def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]],
                    run: Callable[..., list[Any]],
                    lanes: int | Callable[[Sequence[int]], int] = 1,
-                   pass_tokens: int = PASS_TOKENS, masks: EncoderMasks | None = None) -> list[dict[str, Any]]:
+                   pass_tokens: int = PASS_TOKENS,
+                   forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None) -> list[dict[str, Any]]:
     """laya's result dict (``answers``, ``usage``) per request, from passes shared by all of them.
 
     ``run(fn, passes, tokens, alone)`` must return ``[fn(p) for p in passes]``; it may run
     passes at once (``tokens``: each one's padded tokens), except those flagged in ``alone``: a
     row longer than ``pass_tokens`` runs by itself (one row at a window of 8,192 tokens holds
     about 1 GB of masks and activations). ``lanes``: the fewest passes to plan, or a function
-    of the rows' token lengths that says it (``cores.LoneJob.lanes``). ``masks``: the agent's
-    ``EncoderMasks``, where they apply (``EncoderMasks.attach``).
+    of the rows' token lengths that says it (``cores.LoneJob.lanes``). ``forward``: what runs a
+    collated pass (``Agent._forward``'s signature and results; by default that method itself),
+    e.g. a ``packed_forward.PackedForward``.
     """
     import numpy as np
     import torch
@@ -107,18 +106,18 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
     lengths = [len(encoded[r].items[j]["ids"]) for r, j in rows]
     passes = plan_passes(lengths, pass_tokens, lanes if isinstance(lanes, int) else lanes(lengths))
 
-    def forward(indices: list[int]) -> tuple[Any, Any]:
+    run_pass = agent._forward if forward is None else forward
+
+    def one_pass(indices: list[int]) -> tuple[Any, Any]:
         batch = collate_items([[encoded[rows[i][0]].items[rows[i][1]] for i in indices]], agent.tok.pad_token_id)
-        with torch.no_grad(), masks.building() if masks is not None else nullcontext():
-            # grad mode is per thread; predict_batch runs under no_grad too
-            logits_and_act: tuple[Any, Any] = agent._forward(batch)
-            return logits_and_act
+        with torch.no_grad():  # grad mode is per thread; predict_batch runs under no_grad too
+            return run_pass(batch)
 
     logits_of: dict[int, Any] = {}
     act_of: dict[int, Any] = {}
     tokens = [len(p) * lengths[p[0]] for p in passes]  # longest row first: padded size
     alone = [len(p) == 1 and lengths[p[0]] > pass_tokens for p in passes]
-    for indices, (logits, act) in zip(passes, run(forward, passes, tokens, alone)):
+    for indices, (logits, act) in zip(passes, run(one_pass, passes, tokens, alone)):
         for position, i in enumerate(indices):
             logits_of[i], act_of[i] = logits[position], act[position]
 
@@ -187,17 +186,17 @@ PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (
 
 
 def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[Any]],
-                     masks: EncoderMasks | None = None) -> str | None:
-    """Where packed passes (with ``masks``) first answer ``PROBES`` otherwise than laya's
-    ``Router.predict_batch`` on the checkpoint ``key`` (answers and usage), or None when they
-    agree everywhere."""
+                     forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None) -> str | None:
+    """Where packed passes (run by ``forward``, as in ``predict_packed``) first answer ``PROBES``
+    otherwise than laya's ``Router.predict_batch`` on the checkpoint ``key`` (answers and
+    usage), or None when they agree everywhere."""
     items = []
     for state, questions, max_len, head_max_len in PROBES:
         windows = {k: v for k, v in (("max_len", max_len), ("head_max_len", head_max_len)) if v is not None}
         items.append((state, {q: dict(d) for q, d in questions.items()}, windows))
     try:
         want = router.predict_batch([{"state": s, "questions": q, "model": key, **w} for s, q, w in items])
-        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256, masks=masks)  # several passes, mixed sets
+        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256, forward=forward)  # several passes, mixed sets
         # laya's path adds its routing decision and names its agent; answers and usage must agree.
         return _first_difference([{k: r[k] for k in ("answers", "usage")} for r in got],
                                  [{k: r[k] for k in ("answers", "usage")} for r in want])

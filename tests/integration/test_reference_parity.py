@@ -15,6 +15,7 @@ import pytest
 
 from pytest_laya import ServedLayaClient, Spec
 from pytest_laya.wire.samples import VARIED_REQUESTS
+from tests.helpers.engine_passes import watch_passes
 from tests.helpers.recorded import LAYA_SERVE, recordings
 
 laya = pytest.importorskip("laya", reason="needs the reference extra")
@@ -113,15 +114,9 @@ def test_concurrent_requests_with_different_question_sets_share_forward_passes(m
     with reference_server(settings, device="cpu") as server:
         url = server.url + "/v1/systemone"
         singles = [conforming(plain_http("POST", url, json=b, timeout=30), "/v1/systemone") for b in bodies]
-        agent = server.app.state.server.engine._agents["tiny"]
         rows: list[int] = []
-        forward = agent._forward
-
-        def counting(batch):
-            rows.append(int(batch["input_ids"].shape[0]))
-            return forward(batch)
-
-        monkeypatch.setattr(agent, "_forward", counting)
+        watch_passes(server.app.state.server.engine, "tiny", monkeypatch,
+                     lambda batch: rows.append(int(batch["input_ids"].shape[0])))
         with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
             replies = list(pool.map(lambda b: plain_http("POST", url, json=b, timeout=30), bodies))
     for reply, single in zip(replies, singles):

@@ -30,6 +30,7 @@ from pytest_laya_reference.engine import (
     ModelIdentity,
 )
 from pytest_laya_reference.tiny_checkpoint import embedded_checkpoint_dir
+from tests.helpers.engine_passes import watch_passes
 
 pytest.importorskip("torch")
 pytest.importorskip("laya")
@@ -612,13 +613,8 @@ def test_one_client_at_a_time_runs_on_the_thread_of_its_pass_and_busy_ones_do_no
     engine.load()
     try:
         threads: list[str] = []
-        original = engine._agents["tiny"]._forward
-
-        def recording(batch: dict[str, Any]) -> Any:
-            threads.append(threading.current_thread().name.rsplit("_", 1)[0])
-            return original(batch)
-
-        monkeypatch.setattr(engine._agents["tiny"], "_forward", recording)
+        watch_passes(engine, "tiny", monkeypatch,
+                     lambda batch: threads.append(threading.current_thread().name.rsplit("_", 1)[0]))
         handed: list[bool] = []  # each run_alone call: whether it took the request
         run_alone = engine.run_alone
 
@@ -826,15 +822,8 @@ def test_single_predictions_equal_laya_router(engine: LayaEngine, checkpoint_dir
 
 def _count_passes(engine: LayaEngine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Rows of each forward pass the engine runs from now on."""
-    agent = engine._agents["tiny"]
     rows: list[int] = []
-    original = agent._forward
-
-    def counting(batch: dict[str, Any]) -> Any:
-        rows.append(int(batch["input_ids"].shape[0]))
-        return original(batch)
-
-    monkeypatch.setattr(agent, "_forward", counting)
+    watch_passes(engine, "tiny", monkeypatch, lambda batch: rows.append(int(batch["input_ids"].shape[0])))
     return rows
 
 
@@ -867,15 +856,8 @@ def test_heterogeneous_batch_shares_passes_and_equals_singles(engine: LayaEngine
 def test_passes_hold_a_bounded_number_of_tokens(engine: LayaEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_laya_reference.packing import PASS_TOKENS
 
-    agent = engine._agents["tiny"]
     shapes: list[tuple[int, int]] = []
-    original = agent._forward
-
-    def recording(batch: dict[str, Any]) -> Any:
-        shapes.append(tuple(batch["input_ids"].shape))
-        return original(batch)
-
-    monkeypatch.setattr(agent, "_forward", recording)
+    watch_passes(engine, "tiny", monkeypatch, lambda batch: shapes.append(tuple(batch["input_ids"].shape)))
     long_state = " ".join(["The customer reports a double charge on the invoice."] * 40)
     results = engine.predict("tiny", [DecisionRequest(long_state, TRIAGE) for _ in range(8)])
     assert len(results) == 8 and sum(r for r, _ in shapes) == 24
@@ -944,13 +926,8 @@ def test_a_request_alone_runs_in_the_shape_its_chooser_measured_fastest(
     monkeypatch.setattr(engine._pool, "load", _Load(1.0))  # another process busy: shapes measured
     monkeypatch.setattr(engine._pool, "warmed", _EveryShapeWarm())  # its first run is measured too
     passes: list[tuple[int, int]] = []  # (rows, torch threads)
-    original = engine._agents["tiny"]._forward
-
-    def recording(batch: dict[str, Any]) -> Any:
-        passes.append((int(batch["input_ids"].shape[0]), torch.get_num_threads()))
-        return original(batch)
-
-    monkeypatch.setattr(engine._agents["tiny"], "_forward", recording)
+    watch_passes(engine, "tiny", monkeypatch,
+                 lambda batch: passes.append((int(batch["input_ids"].shape[0]), torch.get_num_threads())))
     state = " ".join(["The customer reports a double charge on the invoice."] * 12)  # 4 rows of ~150 tokens
     result = engine.predict("tiny", [DecisionRequest(state, MIXED)])[0]
     assert chooser.offered == [[Shape(2, 1), Shape(1, 1), Shape(1, 2)]]
@@ -976,9 +953,9 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
     calls: list[int] = []
     original = packing.predict_packed
 
-    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0, masks: Any = None) -> Any:
+    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0, forward: Any = None) -> Any:
         calls.append(len(requests))
-        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS, masks)
+        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS, forward)
         for result in out:  # a laya whose internals moved: one number off
             for answer in result["answers"].values():
                 if "noul" in answer:
