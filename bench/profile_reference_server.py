@@ -27,6 +27,7 @@ environment to see what OpenMP's waiting changes).
     .venv/bin/python bench/profile_reference_server.py overhead --sizes 64,512,2048 --questions 1,4,12
     .venv/bin/python bench/profile_reference_server.py engine --tokens 512
     .venv/bin/python bench/profile_reference_server.py packing
+    .venv/bin/python bench/profile_reference_server.py lean --sizes 64,512,2048 --questions 1,4 --rows 1,4,16
     .venv/bin/python bench/profile_reference_server.py spin --counts 1000,3000,10000,30000
     .venv/bin/python bench/profile_reference_server.py http --sizes 64,2048 --questions 1,4,12
     .venv/bin/python bench/profile_reference_server.py variants --env GOMP_SPINCOUNT=300000 --c16-seconds 3 --no-halt
@@ -34,6 +35,10 @@ environment to see what OpenMP's waiting changes).
 ``packing``: in process, one torch thread, CPU milliseconds per request of the engine's packed
 passes against laya's own ``Router.predict_batch`` (one pass per question set) on the same
 batches of 8 and 16 requests, one question set or 8.
+
+``lean``: in process, one torch thread, CPU milliseconds per pass of laya's ``Agent._forward``
+against the engine's lean forward (``pytest_laya_reference.packed_forward``) on the same
+collated rows of the benchmark's states, taking turns, and whether both give the same bits.
 
 ``spin``: laya's in-process predict (bench_reference_server.py's floor worker) in one process
 per ``GOMP_SPINCOUNT``, taking turns slice by slice: p50 per spin count of a lone row on two
@@ -655,6 +660,48 @@ def variants(args: argparse.Namespace) -> int:
                                         for name, (_, pid) in servers.items()), flush=True)
     return 0
 
+def lean(args: argparse.Namespace) -> int:
+    """laya's ``Agent._forward`` against the engine's lean forward (``PackedForward``) on the same
+    collated passes of the benchmark's rows, one torch thread, taking turns: CPU ms per pass, and
+    whether the outputs are bit for bit the same."""
+    import laya
+    import torch
+    from laya.common import collate_items
+
+    from pytest_laya_reference.packed_forward import PackedForward
+    from pytest_laya_reference.packing import encode_requests
+
+    torch.set_num_threads(1)
+    agent = laya.load(CHECKPOINT, device="cpu")
+    forward = PackedForward.attach(agent)
+    if forward is None:
+        print("the lean forward does not apply to this checkpoint")
+        return 1
+    count = bench.TokenCounter(CHECKPOINT)
+    print("CPU ms per pass, one torch thread: laya's Agent._forward / the lean forward (ratio), same outputs")
+    for tokens in args.sizes:
+        states = bench.sized_states(tokens, count, 16)
+        for questions in args.questions:
+            encoded = encode_requests(agent, [(s, bench.question_set(questions), {}) for s in states])
+            items = [item for request in encoded for item in request.items]
+            cells = []
+            for rows in args.rows:
+                batch = collate_items([items[:rows]], agent.tok.pad_token_id)
+                timed: dict[str, list[float]] = {"laya": [], "lean": []}
+                with torch.no_grad():
+                    same = all((a == b).all() for a, b in zip(agent._forward(batch), forward(batch)))
+                    for _ in range(args.repeats):
+                        for side, run in (("laya", agent._forward), ("lean", forward)):
+                            started = time.thread_time()
+                            run(batch)
+                            timed[side].append((time.thread_time() - started) * 1000)
+                laya_ms, lean_ms = statistics.median(timed["laya"]), statistics.median(timed["lean"])
+                cells.append(f"{rows} x {batch['input_ids'].shape[1]}: {laya_ms:6.2f} / {lean_ms:6.2f} "
+                             f"({lean_ms / laya_ms:.2f}x){'' if same else ' DIFFERENT'}")
+            print(f"  {tokens:4d}t {questions:2d}q  " + " | ".join(cells), flush=True)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -704,6 +751,11 @@ def main() -> int:
     w.add_argument("--rounds", type=int, default=4)
     w.add_argument("--c16-seconds", type=float, default=0.0, help="also 16 clients for this long (0: not)")
     w.add_argument("--no-halt", action="store_true", help="then again holding /dev/cpu_dma_latency at 0 (root)")
+    le = sub.add_parser("lean", help="in process: laya's Agent._forward against the engine's lean forward, CPU per pass")
+    le.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
+    le.add_argument("--questions", type=bench.csv_ints, default=[1, 4])
+    le.add_argument("--rows", type=bench.csv_ints, default=[1, 4, 16])
+    le.add_argument("--repeats", type=int, default=9)
     sub.add_parser("_replay_server")
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
@@ -711,7 +763,7 @@ def main() -> int:
         o._add_action(action)
     args = p.parse_args()
     return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
-            "spin": spin, "http": http, "variants": variants, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
+            "lean": lean, "spin": spin, "http": http, "variants": variants, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":
