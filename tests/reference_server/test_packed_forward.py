@@ -102,6 +102,26 @@ def test_a_packed_pass_is_bit_for_bit_laya_own(agent: Any) -> None:
             assert got_act.dtype == want_act.dtype and (got_act == want_act).all(), batch["input_ids"].shape
 
 
+def test_a_checkpoint_without_a_decision_head_reads_the_encoder_as_laya_does() -> None:
+    import laya
+
+    headless = laya.load(str(embedded_checkpoint_dir()), device="cpu")
+    headless.model.head = None  # head_layers 0: laya reads the encoder's output directly
+    forward = PackedForward.attach(headless)
+    assert forward is not None
+    with torch.no_grad():
+        for batch in _batches(headless):
+            for got, want in zip(forward(batch), headless._forward(batch)):
+                assert (got == want).all(), batch["input_ids"].shape
+
+
+def test_the_parallel_option_layout_runs_laya_own_forward(agent: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    forward = PackedForward.attach(agent)
+    assert forward is not None
+    monkeypatch.setattr(agent, "_forward", lambda batch: ("laya's own", sorted(batch)))
+    assert forward({"option_ids": 1, "input_ids": 2}) == ("laya's own", ["input_ids", "option_ids"])
+
+
 @pytest.mark.parametrize("heads", [1, 2])  # one head: torch's unfused layer, as laya's; two: torch fuses it
 def test_the_head_layer_at_the_read_positions_is_the_whole_layer_read_there(heads: int) -> None:
     from laya.common import _DynamicMultiheadAttention
