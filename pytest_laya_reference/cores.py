@@ -56,9 +56,8 @@ SPINCOUNT = "10000"
 MIN_TOKENS_PER_THREAD = 128
 
 #: Other processes' CPU, in cores, below which the machine counts as quiet and a lone request
-#: runs on every core in one pass without measuring, or, when its rows take several passes, with
-#: its rows side by side (``OtherLoad``, ``LoneJob.lanes``). A client sending one request at a
-#: time uses a few hundredths of a core; another busy process at least a few tenths.
+#: runs on every core in one pass without measuring (``OtherLoad``). A client sending one request
+#: at a time uses a few hundredths of a core; another busy process at least a few tenths.
 QUIET_OTHER_CORES = 0.5
 
 
@@ -342,10 +341,9 @@ class CorePool:
             with self._cond:
                 self._cond.wait(0.05)
 
-    def lone_job(self, key: Hashable, pass_tokens: int | None = None) -> LoneJob:
-        """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``);
-        ``pass_tokens``: the most padded tokens its caller puts in one pass, if it has a most."""
-        return LoneJob(self, key, pass_tokens)
+    def lone_job(self, key: Hashable) -> LoneJob:
+        """A request alone on an idle server: its shape chosen by ``chooser`` (see ``LoneJob``)."""
+        return LoneJob(self, key)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -460,10 +458,9 @@ class LoneJob:
     every 64th request.
     """
 
-    def __init__(self, pool: CorePool, key: Hashable, pass_tokens: int | None = None) -> None:
+    def __init__(self, pool: CorePool, key: Hashable) -> None:
         self.pool = pool
         self.key = key
-        self.pass_tokens = pass_tokens
         self.shape: Shape | None = None
         self._bucket: Hashable = None
         self._tokens = 0
@@ -490,12 +487,7 @@ class LoneJob:
         wide = [s for s in shapes if s.lanes == 1 and s.threads > 1]
         other = self.pool.load.cores() if wide else None  # no wide shape: no /proc/stat to read
         if wide and other is not None and other < QUIET_OTHER_CORES:
-            # Quiet (``OtherLoad``): every core in one pass, unless the rows take several passes;
-            # those run side by side, one thread each (a 12-question 512-token request 0.72x the
-            # time of one wide pass after another, docs/benchmarks.md).
-            several = self.pass_tokens is not None and len(lengths) * max(lengths) > self.pass_tokens
-            side = [s for s in shapes if s.lanes > 1]
-            self.shape, self._measured = (side[0] if several and side else wide[0]), False
+            self.shape, self._measured = wide[0], False  # quiet: every core in one pass (``OtherLoad``)
         else:
             self.shape, self._measured = self.pool.chooser.choose(self._bucket, shapes), True
         return self.shape.lanes

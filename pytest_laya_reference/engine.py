@@ -30,7 +30,7 @@ from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
 from .packed_forward import PackedForward
-from .packing import PASS_TOKENS, packed_disagrees, predict_packed
+from .packing import packed_disagrees, predict_packed
 
 R = TypeVar("R")
 
@@ -383,7 +383,7 @@ class LayaEngine:
                 rows = [(r.state, _plain_questions(r.questions), _overrides(r)) for r in requests]
                 if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
-                    job = pool.lone_job(conf.name, PASS_TOKENS)
+                    job = pool.lone_job(conf.name)
                     results = predict_packed(agent, rows, job.run, job.lanes, forward=self._forwards.get(conf.name))
                 else:
                     results = predict_packed(agent, rows, pool.run, forward=self._forwards.get(conf.name))
