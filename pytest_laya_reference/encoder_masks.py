@@ -16,6 +16,7 @@ tokens. Heavy imports: torch, inside only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["EncoderMasks"]
@@ -32,9 +33,8 @@ class EncoderMasks:
     def __init__(self, window: int, dtype: Any = None) -> None:
         self._window = window
         self._dtype = dtype  # the attention's dtype: an additive mask must have it (None: torch's default)
-        self._band: Any = None  # bool (n, n): |i - j| <= window, for the longest rows seen
-        self._additive: Any = None  # the same band as 0 / -inf
-        self._lock = threading.Lock()
+        self._band = _KeptSquare(self._make_band)  # bool: |i - j| <= window
+        self._additive = _KeptSquare(self._make_additive)  # the same band as 0 / -inf
 
     @classmethod
     def for_encoder(cls, encoder: Any) -> EncoderMasks | None:
@@ -57,35 +57,40 @@ class EncoderMasks:
         rows, n = attention_mask.shape
         if bool(attention_mask.all()):
             return {"full_attention": None,
-                    "sliding_attention": self._additive_for(n)[None, None] if n >= self._window else None}
-        band = self._band_for(n) if n >= self._window else None
+                    "sliding_attention": self._additive.of(n)[None, None] if n >= self._window else None}
+        band = self._band.of(n) if n >= self._window else None
         keys = attention_mask.bool()[:, None, None, :]
         return {"full_attention": keys.expand(rows, 1, n, n),
                 "sliding_attention": keys.expand(rows, 1, n, n) if band is None else band & keys}
 
-    def _additive_for(self, n: int) -> Any:
-        kept = self._additive
-        if kept is not None and kept.shape[0] >= n:
-            return kept[:n, :n]
-        import torch
-
-        made = torch.zeros(n, n, dtype=self._dtype).masked_fill_(~self._band_for(n), float("-inf"))
-        if n <= KEPT_BAND:
-            with self._lock:
-                if self._additive is None or self._additive.shape[0] < n:
-                    self._additive = made
-        return made
-
-    def _band_for(self, n: int) -> Any:
-        band = self._band
-        if band is not None and band.shape[0] >= n:
-            return band[:n, :n]
+    def _make_band(self, n: int) -> Any:
         import torch
 
         i = torch.arange(n)
-        made = (i[:, None] - i[None, :]).abs() <= self._window
+        return (i[:, None] - i[None, :]).abs() <= self._window
+
+    def _make_additive(self, n: int) -> Any:
+        import torch
+
+        return torch.zeros(n, n, dtype=self._dtype).masked_fill_(~self._band.of(n), float("-inf"))
+
+
+class _KeptSquare:
+    """An (n, n) matrix that depends on n only through its top-left corner: the largest made
+    (up to ``KEPT_BAND``) is kept, and a smaller one is its corner, a view."""
+
+    def __init__(self, make: Callable[[int], Any]) -> None:
+        self._make = make
+        self._kept: Any = None
+        self._lock = threading.Lock()
+
+    def of(self, n: int) -> Any:
+        kept = self._kept
+        if kept is not None and kept.shape[0] >= n:
+            return kept[:n, :n]
+        made = self._make(n)
         if n <= KEPT_BAND:
             with self._lock:
-                if self._band is None or self._band.shape[0] < n:
-                    self._band = made
+                if self._kept is None or self._kept.shape[0] < n:
+                    self._kept = made
         return made
