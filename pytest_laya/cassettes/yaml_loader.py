@@ -20,6 +20,8 @@ itself:
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import re
 from typing import Any
 
@@ -218,8 +220,9 @@ class _Block:
         if lines[-1] == "":
             lines.pop()
         self.lines = lines
-        self.indents = [len(line) - len(line.lstrip(" ")) for line in lines]
-        self.contents = [line[indent:] for line, indent in zip(lines, self.indents)]
+        # Each line without its leading spaces, and how many there were (all in C: map, not a loop).
+        self.contents = list(map(str.lstrip, lines, itertools.repeat(" ", len(lines))))
+        self.indents = list(map(operator.sub, map(len, lines), map(len, self.contents)))
 
     def document(self) -> Any:
         if not self.lines or self.indents[0] != 0:
@@ -238,13 +241,17 @@ class _Block:
     def mapping(self, i: int, indent: int) -> tuple[dict[Any, Any], int]:
         out: dict[Any, Any] = {}
         indents, contents, n = self.indents, self.contents, len(self.lines)
+        key_match, known = _KEY.match, _PLAIN_VALUES
         while i < n and indents[i] == indent:
-            found = _KEY.match(contents[i])
+            found = key_match(contents[i])
             if found is None:
                 raise _NotPlain
-            if len(found.group(1)) > 1024:  # longer than YAML lets a key be
+            name, rest = found.groups()
+            if len(name) > 1024:  # longer than YAML lets a key be
                 raise _NotPlain
-            key, rest = _plain(found.group(1)), found.group(2)
+            key = known.get(name, _NotPlain)
+            if key is _NotPlain:
+                key = _plain(name)
             if rest is None:  # "key:" and the value on the lines below
                 i += 1
                 if i < n and indents[i] > indent:
@@ -278,6 +285,8 @@ class _Block:
     def scalar(self, text: str, i: int) -> tuple[Any, int]:
         """The value `text` starts on line `i`; (it, the line after it)."""
         if text.startswith("'"):
+            if len(text) > 1 and text.endswith("'") and text.count("'") == 2:
+                return text[1:-1], i + 1  # quoted on one line, no quote inside: most values
             return self.single_quoted(text, i)
         if text.startswith('"'):
             return self.double_quoted(text, i)
@@ -292,21 +301,23 @@ class _Block:
 
     def single_quoted(self, text: str, i: int) -> tuple[str, int]:
         # The scalar's lines, first one after the quote, until the quote that is not doubled.
-        segments = [text[1:]]
+        segment = text[1:]
+        segments = [segment]
+        contents, indents, n = self.contents, self.indents, len(self.lines)
         while True:
-            closing = _closing_quote(segments[-1])
+            closing = _closing_quote(segment)
             if closing is not None:
-                if segments[-1][closing + 1:]:
+                if segment[closing + 1:]:
                     raise _NotPlain  # something after the closing quote
-                segments[-1] = segments[-1][:closing]
+                segments[-1] = segment[:closing]
                 break
             i += 1
-            if i >= len(self.lines):
+            if i >= n:
                 raise _NotPlain
-            line = self.lines[i]
-            if line.startswith(("---", "...")):
+            segment = contents[i]  # the line without its leading spaces
+            if not indents[i] and segment.startswith(("---", "...")):
                 raise _NotPlain
-            segments.append(line.lstrip(" "))
+            segments.append(segment)
         return _folded(segments), i + 1
 
 
