@@ -178,6 +178,9 @@ def resolve(config: pytest.Config) -> LayaRun:
                                 "give its URL with --laya-url (or LAYA_SERVED_URL)")
     run.store = _store(config)
     run.report_html = _report_html(config)
+    # Replay and the fake show the conformance table only when asked (-v, --laya-report[-html]).
+    run.table_read = (opt.verbose > 0 or run.report is not None or run.report_html is not None
+                      or run.mode not in (Mode.REPLAY, Mode.FAKE))
     if run.url:
         check_url(run.url, run.api_key, where=url_source, reach=run.mode.needs_url)
     return run

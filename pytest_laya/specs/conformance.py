@@ -2,7 +2,8 @@
 
 A response that breaks its server's spec fails the test (`SpecViolationError`); how well each
 server meets each spec (operations and headers) is kept for the terminal summary and the JSON
-report, so a run against today's servers also shows how far they are from the target.
+report, so a run against today's servers also shows how far they are from the target. A run
+that reads no table keeps only the claimed spec's rows (`Conformance(claimed_only=True)`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from pytest_laya.specs.spec import LoweredHeaders, Spec, Violation, Violations, lower_headers
 from pytest_laya.wire.exchange import Exchange
 
-__all__ = ["Conformance", "SpecViolationError", "SPECS", "plain_verdicts", "seed", "verdicts_of"]
+__all__ = ["Conformance", "SpecViolationError", "SPECS", "plain_verdicts", "seed", "verdict_of", "verdicts_of"]
 
 SPECS = {"current": Spec.current, "target": Spec.target}
 
@@ -148,19 +149,21 @@ def _header_checks(method: str, path: str, status: int, name: str) -> tuple[Call
 
 
 def _judged(exchange: Exchange, lowered: LoweredHeaders | None = None) -> tuple[Verdict, ...]:
-    path = exchange.path.split("?")[0]
     headers = lower_headers(exchange.headers) if lowered is None else lowered  # lowered once for both specs
-    verdicts = []
-    for name, load in SPECS.items():
-        spec = load()
-        # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
-        operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
-        violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, headers,
-                                            exchange.body, request_body=exchange.request_body)
-        if not violations and not violations.unlisted and violations.counted_all:
-            violations = _NO_VIOLATIONS  # shared, as the verdicts `seed` reads back share it
-        verdicts.append((name, operation, violations, tuple(documented)))
-    return tuple(verdicts)
+    return tuple(_judged_by(name, exchange, headers) for name in SPECS)
+
+
+def _judged_by(name: str, exchange: Exchange, headers: LoweredHeaders) -> Verdict:
+    """One spec's verdict on `exchange` (`headers`: its headers, lowered)."""
+    spec = SPECS[name]()
+    path = exchange.path.split("?")[0]
+    # A 404 or 405 to a route the spec lacks counts as its `x-unrouted` answer, not as a path.
+    operation = f"{exchange.method} {path}" if spec.operation(exchange.method, path) else f"unrouted {exchange.status}"
+    violations, documented = spec.judge(exchange.method, exchange.path, exchange.status, headers,
+                                        exchange.body, request_body=exchange.request_body)
+    if not violations and not violations.unlisted and violations.counted_all:
+        violations = _NO_VIOLATIONS  # shared, as the verdicts `seed` reads back share it
+    return name, operation, violations, tuple(documented)
 
 
 def _remember(key: tuple[Any, ...], verdicts: tuple[Verdict, ...]) -> None:
@@ -191,6 +194,24 @@ def verdicts_of(exchange: Exchange) -> tuple[Verdict, ...]:
         found = _judged(exchange, lowered)
         _remember(key, found)
     return found
+
+
+def verdict_of(exchange: Exchange, name: str) -> Verdict:
+    """The verdict of the spec `name` on `exchange`: read from both specs' verdicts when they are
+    known (judged before, or an earlier run's: `seed`), else judged by that spec alone, once per process."""
+    lowered = lower_headers(exchange.headers)
+    key = _fingerprint(exchange, lowered)
+    one = (*key, name)
+    try:
+        with _VERDICTS_LOCK:
+            found = _VERDICTS.get(key) or _VERDICTS.get(one)
+    except TypeError:  # a body given as parsed JSON: judged, not remembered
+        return _judged_by(name, exchange, lowered)
+    if found is None:
+        verdict = _judged_by(name, exchange, lowered)
+        _remember(one, (verdict,))
+        return verdict
+    return next(verdict for verdict in found if verdict[0] == name)
 
 
 def _copy(violations: Violations) -> Violations:
@@ -239,11 +260,24 @@ def seed(plain: Any) -> bool:
 
 
 class Conformance:
-    def __init__(self) -> None:
+    """The conformance table: each server's exchanges against each spec.
+
+    `claimed_only`: a run that shows no table (`pytest_laya.plugin.run.LayaRun.table_read`)
+    holds each exchange to its claimed spec only, and its rows are those of the claimed specs:
+    the other spec's verdicts are what only the table reads.
+    """
+
+    def __init__(self, *, claimed_only: bool = False) -> None:
         self._tallies: dict[tuple[str, str], _Tally] = defaultdict(_Tally)
+        self.claimed_only = claimed_only
 
     def check(self, exchange: Exchange, *, server: str, claimed: str) -> Violations:
-        """Record `exchange` against both specs; return the violations of the `claimed` one."""
+        """Record `exchange` against both specs (`claimed_only`: the claimed one); return the
+        violations of the `claimed` one."""
+        if self.claimed_only:
+            name, operation, violations, documented = verdict_of(exchange, claimed)
+            self._tallies[(server, name)].add(operation, documented, violations)
+            return _copy(violations)
         claimed_violations = Violations()
         for name, operation, violations, documented in verdicts_of(exchange):
             self._tallies[(server, name)].add(operation, documented, violations)  # read, never kept

@@ -4,8 +4,11 @@ is no violation; a test that made no Laya call needs no cassette."""
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_laya.__main__ import main
-from tests.helpers.pytester_runs import TEST_DECIDE, report_of, run
+from pytest_laya.fake import FakeLayaServer
+from tests.helpers.pytester_runs import TEST_DECIDE, WITHOUT_UNUSED_PLUGINS, report_of, run
 
 pytest_plugins = ["pytester"]
 
@@ -71,3 +74,33 @@ def test_the_conformance_rows_have_their_heading(pytester):
                                   "  fake http://127.0.0.1:* current  operations */*, 0 violations in * responses",
                                   "  fake http://127.0.0.1:* target   operations */*, 0 violations in * responses"],
                                  consecutive=True)
+
+
+OWN_HTTPX = """
+import httpx
+
+BODY = {"state": "I was charged twice.", "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}
+
+
+def test_refund(laya_url):
+    assert httpx.post(laya_url + "/v1/systemone", json=BODY).raise_for_status().json()["answers"]["refund"]
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_the_spec_a_server_is_not_held_to_is_measured_when_the_table_is_read(pytester, workers):
+    # laya-serve 0.4.15 claims the current spec and meets it; it lacks what only the target asks for.
+    # A quiet replay holds each answer to its claimed spec alone; -v and the report measure both.
+    pytester.makepyfile(test_it=OWN_HTTPX)
+    with FakeLayaServer(flavor="laya-serve-0.4.15") as server:
+        run(pytester, "--laya-record", f"--laya-url={server.url}").assert_outcomes(passed=1)
+    quiet = run(pytester, *workers, *WITHOUT_UNUSED_PLUGINS)
+    quiet.assert_outcomes(passed=1)
+    quiet.stdout.fnmatch_lines(["mode: replay; cassettes: 1 played; violations: 0 (-v for the conformance table)"])
+    verbose = run(pytester, "-v", f"--laya-report={pytester.path / 'r.json'}", *workers, *WITHOUT_UNUSED_PLUGINS)
+    verbose.assert_outcomes(passed=1)
+    verbose.stdout.fnmatch_lines(["conformance (each server's responses, against each spec):",
+                                  "  replay* current  operations 1/1, *, 0 violations in 1 responses",
+                                  "  replay* target   operations 0/1, *, [1-9]* violations in 1 responses"])
+    rows = {row["spec"]: row["violations"] for row in report_of(pytester.path / "r.json")["conformance"]}
+    assert rows["current"] == 0 and rows["target"] > 0
