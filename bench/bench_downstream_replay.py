@@ -415,8 +415,8 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     - ``yaml``: of which the YAML alone;
     - ``check_both``: the plugin's spec check of its exchange (``Conformance.check``: both specs, for
       the conformance table), the answer rules included;
-    - ``check_claimed``: the same exchange judged against its claimed spec only (``Spec.judge``),
-      the least a validated replay can cost;
+    - ``check_claimed``: the same exchange held to its claimed spec only
+      (``Conformance(claimed_only=True).check``), as a run that shows no conformance table checks it;
     - ``read_warm``: reading it as a later run does, from the derived cache (``replay._loaded``: the
       file's bytes hashed, its parse, its scrubbed and indexed interactions and its spec verdicts
       read back), its memory caches emptied first as a new process has them;
@@ -429,7 +429,6 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     from pytest_laya.cassettes.replay import _load
     from pytest_laya.intercept.laya_route import exchange_of
     from pytest_laya.specs.conformance import Conformance
-    from pytest_laya.specs.spec import Spec
 
     folder = project.proj / "cassettes" / f"test_{module_of('laya_own', project.decisions)}"
     files = sorted(folder.glob("*.yaml"))[:cassettes]
@@ -438,8 +437,7 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     loaded = [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]
     exchanges = [exchange_of(request, response) for one in loaded for request, response in one.interactions]
     n = len(exchanges)
-    claimed = Spec.target()
-    tally = Conformance()
+    tally, alone = Conformance(), Conformance(claimed_only=True)
 
     def best(work: Any) -> float:
         times = []
@@ -489,17 +487,18 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
         "yaml": best(lambda: [yaml_loader.load(t) for t in texts]),
         "read": best(lambda: [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]),
         "check_both": best(lambda: new_process() or [tally.check(e, server="replay", claimed="target") for e in exchanges]),
-        "check_claimed": best(lambda: [claimed.judge(e.method, e.path, e.status, e.headers, e.body,
-                                                     request_body=e.request_body) for e in exchanges]),
+        "check_claimed": best(lambda: new_process() or [alone.check(e, server="replay", claimed="target")
+                                                        for e in exchanges]),
     }
 
 
 def floors(res: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per decision, the floor each pytest-laya own-client suite stands on, from parts measured in
     this run: httpx's own work (the MockTransport suite) + reading the interaction + its spec check
-    (both specs), as that suite reads and checks (no cache, a first run writing it, a later run reading it)."""
+    (its claimed spec: the suites show no conformance table), as that suite reads and checks (no
+    cache, a first run writing it, a later run reading it)."""
     mock, parts = res["per_decision_us"]["mock_httpx"]["loop"], res["decision_parts_us"]
-    rows = {"laya_own": ("read", "check_both"), "laya_own@first": ("read_first", "check_warm"),
+    rows = {"laya_own": ("read", "check_claimed"), "laya_own@first": ("read_first", "check_warm"),
             "laya_own@warm": ("read_warm", "check_warm")}
     out = {}
     for suite, (read, check) in rows.items():

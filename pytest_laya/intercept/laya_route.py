@@ -25,6 +25,7 @@ from pytest_laya.intercept.switchboard import host_of
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.content_coding import recorded_coding
 from pytest_laya.wire.exchange import Exchange
+from pytest_laya.wire.headers import LoweredHeaders
 from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH
 
 __all__ = ["KINDS", "LayaRoute", "exchange_of"]
@@ -99,8 +100,9 @@ def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0,
     )
 
 
-class _CaseInsensitive(dict[str, str]):
-    """Response headers as a mapping that answers any case (repeated headers joined with ", ")."""
+class _CaseInsensitive(LoweredHeaders):
+    """Response headers as a mapping that answers any case (repeated headers joined with ", "): lowered
+    headers, so the spec check reads them as they are (`wire.headers.lower_headers`)."""
 
     def __init__(self, items: Iterable[tuple[str, str]]) -> None:
         super().__init__()

@@ -36,6 +36,10 @@ class Headers(MutableMapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._store[key.lower()][1]
 
+    def get(self, key: str, default: Any = None) -> Any:  # one lookup, not a KeyError caught by Mapping.get
+        found = self._store.get(key.lower()) if isinstance(key, str) else None
+        return default if found is None else found[1]
+
     def __delitem__(self, key: str) -> None:
         del self._store[key.lower()]
 

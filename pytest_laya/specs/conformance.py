@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.specs.spec import LoweredHeaders, Spec, Violation, Violations, lower_headers
+from pytest_laya.specs.spec import Spec, Violation, Violations
 from pytest_laya.wire.exchange import Exchange
+from pytest_laya.wire.headers import LoweredHeaders, lower_headers
 
 __all__ = ["Conformance", "SpecViolationError", "SPECS", "plain_verdicts", "seed", "verdict_of", "verdicts_of"]
 

@@ -28,6 +28,7 @@ import yaml
 from pytest_laya.specs.bounded import LISTED, WORK_LIMIT, OverBudget, bounded_validator_class, budget
 from pytest_laya.specs.schema_compiler import compile_schema
 from pytest_laya.wire import pointer as json_pointer
+from pytest_laya.wire.headers import lower_headers
 from pytest_laya.wire.json_text import loads_strict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -193,27 +194,6 @@ def _bounded(text: str) -> str:
 def _media_of(headers: Mapping[str, str]) -> str | None:
     value = headers.get("content-type")
     return value.split(";")[0].strip().lower() if value else None
-
-
-class LoweredHeaders(dict[str, str]):
-    """Headers by lower-case name, repeated ones joined with ", " (`lower_headers`): read, never changed."""
-
-    __slots__ = ()
-
-
-def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> LoweredHeaders:
-    """`headers` by lower-case name; headers lowered already are given back as they are (read-only)."""
-    if type(headers) is LoweredHeaders:
-        return headers
-    if headers is None:
-        return LoweredHeaders()
-    items = headers.items() if hasattr(headers, "items") else headers
-    out = LoweredHeaders()
-    for key, value in items:
-        key = key.decode("latin-1") if isinstance(key, bytes) else key
-        value = value.decode("latin-1") if isinstance(value, bytes) else value
-        out[key.lower()] = value if key.lower() not in out else out[key.lower()] + ", " + value
-    return out
 
 
 def _expectation(error: ValidationError) -> tuple[list[Any], str, str]:

@@ -7,16 +7,18 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 from pytest_laya.wire.spec_name import SpecName
 
 __all__ = [
+    "LoweredHeaders",
     "REQUEST_ID_HEADER",
     "SPEC_HEADER",
     "SPEC_NAMES",
     "claimed_spec",
+    "lower_headers",
     "TRACEPARENT_HEADER",
     "TraceContext",
     "parse_traceparent",
@@ -167,3 +169,23 @@ def claimed_spec(headers: Mapping[str, str] | None) -> str | None:
     value = value.strip().lower() if isinstance(value, str) else None
     return value if value in SPEC_NAMES else None
 
+
+class LoweredHeaders(dict[str, str]):
+    """Headers by lower-case name, repeated ones joined with ", " (`lower_headers`): read, never changed."""
+
+    __slots__ = ()
+
+
+def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> LoweredHeaders:
+    """`headers` by lower-case name; headers lowered already are given back as they are (read-only)."""
+    if isinstance(headers, LoweredHeaders):
+        return headers
+    if headers is None:
+        return LoweredHeaders()
+    items = headers.items() if hasattr(headers, "items") else headers
+    out = LoweredHeaders()
+    for key, value in items:
+        key = key.decode("latin-1") if isinstance(key, bytes) else key
+        value = value.decode("latin-1") if isinstance(value, bytes) else value
+        out[key.lower()] = value if key.lower() not in out else out[key.lower()] + ", " + value
+    return out
