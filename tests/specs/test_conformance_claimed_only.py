@@ -3,44 +3,20 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pytest_laya.specs import conformance
 from pytest_laya.specs.conformance import Conformance, plain_verdicts, seed
-from pytest_laya.specs.spec import Spec
-from pytest_laya.wire.exchange import Exchange
+from tests.helpers.judged_exchanges import ANSWER, exchange, judging
 
-SENT = {"state": "I was charged twice.", "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}
-ANSWER = {"model": "fake-laya", "answers": {"refund": {"type": "noul", "noul": 0.25, "confidence": 0.75}},
-          "usage": {"input_tokens": 12, "output_tokens": 0, "state_tokens": 6, "truncated": False},
-          "served_by": {"checkpoint": "fake-laya", "revision": "fake-0", "device": "cpu", "weights_dtype": "float32",
-                        "compiled": False}}
 #: Breaks the target spec only (the current spec has no served_by).
 NO_SERVED_BY = {key: value for key, value in ANSWER.items() if key != "served_by"}
 
 
-def exchange(answer: dict[str, object]) -> Exchange:
-    return Exchange(method="POST", url="http://laya.test/v1/systemone", path="/v1/systemone", status=200,
-                    headers={"content-type": "application/json", "x-request-id": "id-0001-first",
-                             "server-timing": "queue;dur=0, infer;dur=1", "laya-spec": "target"},
-                    body=json.dumps(answer).encode(), request_body=json.dumps(SENT).encode(), elapsed_s=0.0)
-
-
 @pytest.fixture
 def judged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The name of each spec that judges an exchange (the memo of verdicts emptied first)."""
-    monkeypatch.setattr(conformance, "_VERDICTS", type(conformance._VERDICTS)())
-    seen: list[str] = []
-    real = Spec.judge
-
-    def counting(self, *args, **kwargs):
-        seen.append(self.name)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Spec, "judge", counting)
-    return seen
+    """The name of each spec that judges an exchange."""
+    return judging(monkeypatch, lambda spec, headers: spec.name)
 
 
 @pytest.mark.parametrize("claimed", ["current", "target"])
