@@ -19,7 +19,7 @@ support message (the same ``i``-th request in every suite), so each test has its
 - ``mock_kit``: a module-level ``ServedLayaClient`` on such a MockTransport.
 
 Per decision: the two pytest-laya suites and the two MockTransport suites again, each test making
-``--decisions`` (default 10) decisions instead of one (its cassette holds that many). What one more
+``--decisions`` (default 30) decisions instead of one (its cassette holds that many). What one more
 decision costs is ``(median(suite with D decisions) - median(suite with 1)) / (tests * (D - 1))``:
 per-test costs (fixtures, opening the cassette) cancel out, what is left is the request, its
 replay, and its validation. ``laya_own`` is compared with ``mock_httpx``, ``laya_client`` with
@@ -60,7 +60,7 @@ cProfile and prints the functions with the largest cumulative and own times.
 
 This is a script run by hand, not a test: nothing here asserts on time. Loopback only.
 
-    .venv/bin/python bench/bench_downstream_replay.py [--tests 300] [--decisions 10] [--rounds 3]
+    .venv/bin/python bench/bench_downstream_replay.py [--tests 300] [--decisions 30] [--rounds 3]
         [--rss-tests 1000] [--skip-rss] [--profile] [--json] [--keep DIR]
 """
 
@@ -618,7 +618,7 @@ def print_report(res: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", type=int, default=300, help="tests per suite (default 300)")
-    parser.add_argument("--decisions", type=int, default=10, help="decisions per test in the per-decision suites (default 10)")
+    parser.add_argument("--decisions", type=int, default=30, help="decisions per test in the per-decision suites (default 30: with 10, what one more decision costs is a difference of two noisy times)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--rss-tests", type=int, default=1000, help="tests in the RSS suites (default 1000)")
     parser.add_argument("--skip-rss", action="store_true")
