@@ -3,16 +3,18 @@
 Parsing a cassette's YAML, then scrubbing and indexing its interactions, costs more than playing
 them. Under the plugin, with pytest's cache directory (``config.cache``; none under
 ``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``
-(the file's head, its top level but the interactions, as ``.parsed``; the interactions as replay
-holds them, as ``.replay``),
-content-addressed: an entry's name is the SHA-256 of the file's bytes, the kit's code (the source
-of the modules that derive and judge it, so a new version or an edit in place counts), the Python
-version and, for the scrubbed interactions, the scrubbing configuration and what layers above add
-(`Extra`: the specs' text, for their verdicts). An edited cassette or spec, another configuration
-or another kit never reads a stale entry.
+one ``.cassette`` entry per file: the file's head (its top level but the interactions) and, by
+variant, the interactions as replay holds them. Content-addressed: an entry's name is the SHA-256
+of the file's bytes, the kit's code (the source of the modules that derive and judge it, so a new
+version or an edit in place counts) and the Python version; a variant's key is the scrubbing
+configuration and what layers above add (`Extra`: the specs' text, for their verdicts). An
+edited cassette or spec, another configuration or another kit never reads a stale entry. One
+file per cassette, read once and written once: creating a file is most of what a first run's
+cache costs.
 
 An entry is written to a temporary file and moved into place (``os.replace``): readers, and
-pytest-xdist workers writing the same entry, never see half of one. An entry that cannot be read
+pytest-xdist workers writing the same entry, never see half of one (two workers adding different
+variants at once may keep one of them: the other is worked out again when next asked). An entry that cannot be read
 (cut off, corrupted, another format) is ignored and written again, never an error. Nothing is
 stored that the cassette file does not hold already, and nothing of a file whose scrubbing learns a
 secret from it or that is read while an API key is set (`pytest_laya.cassettes.replay` decides).
@@ -32,10 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep_head", "note_head", "note_parsed",
-           "put", "use"]
+__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep", "note_head", "note_parsed",
+           "put", "use", "variant"]
 
-_MAGIC = b"pytest-laya derived 1\n"
+_MAGIC = b"pytest-laya derived 2\n"
 _CHECK_BYTES = 16
 
 _folder: Path | None = None
@@ -46,6 +48,10 @@ _lock = threading.Lock()
 # itself (held, so its id stays its own): replay keys its derived entry by the same bytes.
 _digests: collections.OrderedDict[int, tuple[Any, str]] = collections.OrderedDict()
 _DIGESTS_MAX = 64
+#: The cassette entries `head` read last, by file digest (hex): replay asks for its variant next.
+_entries: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+_ENTRIES_MAX = 4
+_CASSETTE = "cassette"
 
 
 class Extra(NamedTuple):
@@ -67,6 +73,7 @@ def use(folder: Path | None, extras: tuple[Extra, ...] = ()) -> tuple[Path | Non
     with _lock:
         before = (_folder, _extras)
         _folder, _extras = folder, tuple(extras)
+        _entries.clear()  # read from the folder in use before
         return before
 
 
@@ -155,15 +162,56 @@ def _file_digest(raw: bytes) -> bytes:
 
 def head(raw: bytes) -> Any:
     """The head of a cassette file's bytes (`head.head_of`: the file without its interactions)
-    kept by an earlier run, or None. The interactions are replay's own entry's."""
+    kept by an earlier run, or None. Its entry's variants are `variant`'s from then on."""
     if _folder is None:
         return None
     digest = _file_digest(raw)
-    data = get("parsed", digest)
-    if not isinstance(data, dict) or "interactions" in data:
+    entry = _entry(digest.hex())
+    if entry is None:
         return None
-    _remember(data, digest)
-    return data
+    _remember(entry["head"], digest)
+    return entry["head"]
+
+
+def variant(digest: str, key: bytes) -> Any:
+    """The value kept as `key`'s variant of the file whose bytes have `digest` (hex), or None."""
+    entry = _entry(digest)
+    return None if entry is None else entry["variants"].get(key)
+
+
+def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
+    """Keep `value` (built-in types only) as `key`'s variant of the file with `digest` (hex) and
+    `head`, beside the variants its entry holds already."""
+    if _folder is None:
+        return
+    entry = _entry(digest)
+    variants = dict(entry["variants"]) if entry is not None else {}
+    variants[key] = value
+    kept = {"head": head, "variants": variants}
+    put(_CASSETTE, kept, bytes.fromhex(digest))
+    _keep_entry(digest, kept)
+
+
+def _entry(digest: str) -> dict[str, Any] | None:
+    """The cassette entry of the file with `digest` (hex): the one read last, else from the folder."""
+    with _lock:
+        entry = _entries.get(digest)
+    if entry is not None:
+        return entry
+    entry = get(_CASSETTE, bytes.fromhex(digest))
+    if not isinstance(entry, dict) or not isinstance(entry.get("head"), dict) \
+            or not isinstance(entry.get("variants"), dict) or "interactions" in entry["head"]:
+        return None  # none, or not one of ours
+    _keep_entry(digest, entry)
+    return entry
+
+
+def _keep_entry(digest: str, entry: dict[str, Any]) -> None:
+    with _lock:
+        _entries[digest] = entry
+        _entries.move_to_end(digest)
+        while len(_entries) > _ENTRIES_MAX:
+            _entries.popitem(last=False)
 
 
 def note_parsed(raw: bytes, data: Any) -> None:
@@ -177,11 +225,6 @@ def note_head(data: Any, head: Any) -> None:
     digest = digest_of_parsed(data)
     if digest is not None:
         _remember(head, bytes.fromhex(digest))
-
-
-def keep_head(head: Any, digest: str) -> None:
-    """Keep a file's head for later runs (replay asks once its scrubbing learned no secret)."""
-    put("parsed", head, bytes.fromhex(digest))
 
 
 def _remember(data: Any, digest: bytes) -> None:

@@ -1,8 +1,9 @@
 """A cassette's head: the file without its interactions (its ``version`` and ``metadata``).
 
 It is what replay reads of the file itself (where it was recorded, under which spec); the
-interactions replay plays come from its own derived entry (`cassettes.replay`), so a later run
-with the derived cache (`cassettes.derived`) parses nothing and holds no parse of the whole file.
+interactions replay plays come from the same derived entry, kept per configuration
+(`cassettes.replay`), so a later run with the derived cache (`cassettes.derived`) parses nothing
+and holds no parse of the whole file.
 """
 
 from __future__ import annotations

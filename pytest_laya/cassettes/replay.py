@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -147,7 +148,7 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     digest = derived.digest_of_parsed(head) if api_key is None else None
     extras = derived.extras()
     if digest is not None:
-        entry = derived.get("replay", *_entry_parts(digest, config, extras))
+        entry = derived.variant(digest, _variant_key(config, extras))
         kept = _from_plain(head, entry)
         if kept is not None:
             for extra in extras:  # each restores its own, or is worked out again when asked
@@ -160,13 +161,17 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
     digest = derived.digest_of_parsed(data) if api_key is None else None
     if digest is not None and not loaded.learned:
-        derived.keep_head(loaded.data, digest)
-        derived.put("replay", _plain(loaded, extras), *_entry_parts(digest, config, extras))
+        derived.keep(loaded.data, digest, _variant_key(config, extras), _plain(loaded, extras))
     return loaded
 
 
-def _entry_parts(digest: str, config: CassetteConfig, extras: tuple[derived.Extra, ...]) -> tuple[bytes, ...]:
-    return (bytes.fromhex(digest), repr(config).encode(), *(extra.name.encode() + extra.key() for extra in extras))
+def _variant_key(config: CassetteConfig, extras: tuple[derived.Extra, ...]) -> bytes:
+    """What the interactions replay derives from a file depend on beyond its bytes: the scrubbing
+    configuration, and each extra's own inputs (the specs' text, for their verdicts)."""
+    digest = hashlib.sha256()
+    for part in (repr(config).encode(), *(extra.name.encode() + b"\0" + extra.key() for extra in extras)):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.digest()
 
 
 def _plain(loaded: _Loaded, extras: tuple[derived.Extra, ...]) -> tuple[Any, ...]:

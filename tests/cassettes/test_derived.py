@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ def cache(tmp_path: Path) -> Any:
 def load(path: Path, config: CassetteConfig | None = None, api_key: str | None = None) -> Any:
     persist._PARSED.clear()  # another process, as far as memory goes
     replay._CACHE.clear()
+    derived._entries.clear()
     return replay._loaded(path, api_key, config or CassetteConfig())
+
+
+def entry_of(path: Path) -> Any:
+    """The cassette entry kept for the file at `path`, read from the folder."""
+    derived._entries.clear()
+    return derived._entry(hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def kinds(folder: Path) -> list[str]:
@@ -64,7 +72,7 @@ def test_a_second_read_is_the_first_ones_result(cache, tmp_path):
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
     first = load(path)
-    assert kinds(folder) == [".parsed", ".replay"]
+    assert kinds(folder) == [".cassette"]  # one file a cassette: its head and its interactions
     second = load(path)
     assert [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in second.interactions] == \
         [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in first.interactions]
@@ -77,11 +85,15 @@ def test_another_configuration_or_extra_key_is_worked_out_again(cache, tmp_path)
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
     load(path)
-    load(path, CassetteConfig(filter_headers=(("x-inference-time-ms", None),)))
-    assert kinds(folder) == [".parsed", ".replay", ".replay"]
+    filtered = CassetteConfig(filter_headers=(("x-inference-time-ms", None),))
+    load(path, filtered)
+    assert kinds(folder) == [".cassette"]
+    assert len(entry_of(path)["variants"]) == 2
+    assert not calls  # each worked out from the file, nothing restored
     calls.append(("spec edited", b"v2"))  # the extra's key changes, as an edited spec's hash does
     load(path)
-    assert kinds(folder) == [".parsed", ".replay", ".replay", ".replay"]
+    assert len(entry_of(path)["variants"]) == 3  # the earlier two kept beside it
+    assert calls == [("spec edited", b"v2")]
 
 
 def test_an_api_key_or_a_learned_secret_keeps_no_interactions(cache, tmp_path):

@@ -65,7 +65,7 @@ def test_a_second_run_reads_the_parse_the_interactions_and_the_verdicts_from_the
     first = replay(recorded)
     first.assert_outcomes(passed=1)
     kinds = sorted(p.suffix for p in entries(recorded))
-    assert kinds == [".parsed", ".replay"]
+    assert kinds == [".cassette"]  # one file for the cassette: its head, its interactions and their verdicts
     (recorded.path / "no-parsing").touch()
     second = replay(recorded)
     second.assert_outcomes(passed=1)
