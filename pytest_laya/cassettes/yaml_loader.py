@@ -241,7 +241,7 @@ class _Block:
     def mapping(self, i: int, indent: int) -> tuple[dict[Any, Any], int]:
         out: dict[Any, Any] = {}
         indents, contents, n = self.indents, self.contents, len(self.lines)
-        key_match, known = _KEY.match, _PLAIN_VALUES
+        key_match = _KEY.match
         while i < n and indents[i] == indent:
             found = key_match(contents[i])
             if found is None:
@@ -249,9 +249,7 @@ class _Block:
             name, rest = found.groups()
             if len(name) > 1024:  # longer than YAML lets a key be
                 raise _NotPlain
-            key = known.get(name, _NotPlain)
-            if key is _NotPlain:
-                key = _plain(name)
+            key = _plain(name)
             if rest is None:  # "key:" and the value on the lines below
                 i += 1
                 if i < n and indents[i] > indent:
@@ -285,8 +283,6 @@ class _Block:
     def scalar(self, text: str, i: int) -> tuple[Any, int]:
         """The value `text` starts on line `i`; (it, the line after it)."""
         if text.startswith("'"):
-            if len(text) > 1 and text.endswith("'") and text.count("'") == 2:
-                return text[1:-1], i + 1  # quoted on one line, no quote inside: most values
             return self.single_quoted(text, i)
         if text.startswith('"'):
             return self.double_quoted(text, i)
