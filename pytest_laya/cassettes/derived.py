@@ -48,8 +48,9 @@ _lock = threading.Lock()
 # itself (held, so its id stays its own): replay keys its derived entry by the same bytes.
 _digests: collections.OrderedDict[int, tuple[Any, str]] = collections.OrderedDict()
 _DIGESTS_MAX = 64
-#: The cassette entries `head` read last, by file digest (hex): replay asks for its variant next.
-_entries: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+#: The cassette entries read last, by file digest (hex), None for one the folder does not hold:
+#: replay asks for a file's head, then its variant, then keeps one.
+_entries: collections.OrderedDict[str, dict[str, Any] | None] = collections.OrderedDict()
 _ENTRIES_MAX = 4
 _CASSETTE = "cassette"
 
@@ -193,20 +194,22 @@ def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
 
 
 def _entry(digest: str) -> dict[str, Any] | None:
-    """The cassette entry of the file with `digest` (hex): the one read last, else from the folder."""
+    """The cassette entry of the file with `digest` (hex), None if there is none: read from the
+    folder once, then remembered (that there is none too: a first run asks for its head, its
+    variant and, to keep one, its other variants, and finds nothing three times)."""
     with _lock:
-        entry = _entries.get(digest)
-    if entry is not None:
-        return entry
-    entry = get(_CASSETTE, bytes.fromhex(digest))
-    if not isinstance(entry, dict) or not isinstance(entry.get("head"), dict) \
-            or not isinstance(entry.get("variants"), dict) or "interactions" in entry["head"]:
-        return None  # none, or not one of ours
+        if digest in _entries:
+            return _entries[digest]
+    read = get(_CASSETTE, bytes.fromhex(digest))
+    entry: dict[str, Any] | None = read
+    if not isinstance(read, dict) or not isinstance(read.get("head"), dict) \
+            or not isinstance(read.get("variants"), dict) or "interactions" in read["head"]:
+        entry = None  # none, or not one of ours
     _keep_entry(digest, entry)
     return entry
 
 
-def _keep_entry(digest: str, entry: dict[str, Any]) -> None:
+def _keep_entry(digest: str, entry: dict[str, Any] | None) -> None:
     with _lock:
         _entries[digest] = entry
         _entries.move_to_end(digest)

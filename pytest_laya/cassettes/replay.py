@@ -147,8 +147,10 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     """
     digest = derived.digest_of_parsed(head) if api_key is None else None
     extras = derived.extras()
+    key = None
     if digest is not None:
-        entry = derived.variant(digest, _variant_key(config, extras))
+        key = _variant_key(config, extras)
+        entry = derived.variant(digest, key)
         kept = _from_plain(head, entry)
         if kept is not None:
             for extra in extras:  # each restores its own, or is worked out again when asked
@@ -161,7 +163,7 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
     digest = derived.digest_of_parsed(data) if api_key is None else None
     if digest is not None and not loaded.learned:
-        derived.keep(loaded.data, digest, _variant_key(config, extras), _plain(loaded, extras))
+        derived.keep(loaded.data, digest, key or _variant_key(config, extras), _plain(loaded, extras))
     return loaded
 
 

@@ -125,3 +125,19 @@ def test_the_kept_parse_is_the_files_head_and_a_full_read_still_parses_the_whole
     persist._PARSED.clear()
     assert head.read_head(path) == first.data
     assert len(persist.read_cassette(path)["interactions"]) == len(whole["interactions"])
+
+
+def test_a_file_is_looked_up_in_the_folder_once_per_process(cache, tmp_path, monkeypatch):
+    """A first run asks for a file's head, its variant and, keeping one, the variants kept beside
+    it: one read of the folder answers all three, the one that found nothing included."""
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    looked: list[str] = []
+    real = derived.get
+    monkeypatch.setattr(derived, "get", lambda kind, *parts: looked.append(kind) or real(kind, *parts))
+    head._HEADS.clear()
+    load(path)
+    assert looked == ["cassette"]
+    head._HEADS.clear()
+    load(path)  # another process: reads the entry the first one kept, once
+    assert looked == ["cassette", "cassette"]
