@@ -37,7 +37,7 @@ class Headers(MutableMapping[str, Any]):
         return self._store[key.lower()][1]
 
     def get(self, key: str, default: Any = None) -> Any:  # one lookup, not a KeyError caught by Mapping.get
-        found = self._store.get(key.lower()) if isinstance(key, str) else None
+        found = self._store.get(key.lower())
         return default if found is None else found[1]
 
     def __delitem__(self, key: str) -> None:
