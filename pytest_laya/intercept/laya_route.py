@@ -25,7 +25,7 @@ from pytest_laya.intercept.switchboard import host_of
 from pytest_laya.wire.calls import Call, Calls
 from pytest_laya.wire.content_coding import recorded_coding
 from pytest_laya.wire.exchange import Exchange
-from pytest_laya.wire.headers import LoweredHeaders
+from pytest_laya.wire.headers import LoweredHeaders, add_lowered
 from pytest_laya.wire.routes import BATCH_PATH, DECIDE_PATH
 
 __all__ = ["KINDS", "LayaRoute", "exchange_of"]
@@ -106,9 +106,7 @@ class _CaseInsensitive(LoweredHeaders):
 
     def __init__(self, items: Iterable[tuple[str, str]]) -> None:
         super().__init__()
-        for name, value in items:
-            key = name.lower()
-            super().__setitem__(key, value if key not in self else f"{self[key]}, {value}")
+        add_lowered(self, items)
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())

@@ -14,6 +14,7 @@ from pytest_laya.wire.spec_name import SpecName
 
 __all__ = [
     "LoweredHeaders",
+    "add_lowered",
     "REQUEST_ID_HEADER",
     "SPEC_HEADER",
     "SPEC_NAMES",
@@ -180,12 +181,15 @@ def lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None)
     """`headers` by lower-case name; headers lowered already are given back as they are (read-only)."""
     if isinstance(headers, LoweredHeaders):
         return headers
-    if headers is None:
-        return LoweredHeaders()
-    items = headers.items() if hasattr(headers, "items") else headers
     out = LoweredHeaders()
-    for key, value in items:
-        key = key.decode("latin-1") if isinstance(key, bytes) else key
-        value = value.decode("latin-1") if isinstance(value, bytes) else value
-        out[key.lower()] = value if key.lower() not in out else out[key.lower()] + ", " + value
+    if headers is not None:
+        add_lowered(out, headers.items() if hasattr(headers, "items") else headers)
     return out
+
+
+def add_lowered(out: LoweredHeaders, items: Iterable[tuple[str | bytes, str | bytes]]) -> None:
+    """Add header `items` to `out` by lower-case name, a repeated one joined with ", " (bytes read as latin-1)."""
+    for key, value in items:
+        name = (key.decode("latin-1") if isinstance(key, bytes) else key).lower()
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        out[name] = text if name not in out else out[name] + ", " + text
