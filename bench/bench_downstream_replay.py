@@ -411,8 +411,8 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     passes over the 10-decision laya_own cassettes' interactions):
 
     - ``read``: reading one recorded interaction, as replay does once per file (the kit's YAML
-      loader, then without request ids, filtered, scrubbed and indexed: ``replay._load``);
-    - ``yaml``: of which the YAML alone;
+      direct reader, then without request ids, filtered, scrubbed and indexed: ``replay._load``);
+    - ``text``: of which the direct read alone (``direct_reader.read``: the text to fresh requests and responses);
     - ``check_both``: the plugin's spec check of its exchange (``Conformance.check``: both specs, for
       the conformance table), the answer rules included;
     - ``check_claimed``: the same exchange held to its claimed spec only
@@ -424,7 +424,7 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     - ``read_first``: reading it as the first run with a cache does (parsed, scrubbed, indexed,
       both specs' verdicts worked out, all written to the cache).
     """
-    from pytest_laya.cassettes import yaml_loader
+    from pytest_laya.cassettes import direct_reader
     from pytest_laya.cassettes.config import CassetteConfig
     from pytest_laya.cassettes.replay import _load
     from pytest_laya.intercept.laya_route import exchange_of
@@ -434,7 +434,14 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     files = sorted(folder.glob("*.yaml"))[:cassettes]
     texts = [f.read_text(encoding="utf-8") for f in files]
     config = CassetteConfig()
-    loaded = [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]
+    from pytest_laya.intercept.request import Request
+
+    def read(text: str) -> Any:
+        found = direct_reader.read(text, Request)
+        assert found is not None, "the bench's cassettes are in the layout vcrpy writes"
+        return _load(found.head, found.requests, found.responses, None, config)
+
+    loaded = [read(t) for t in texts]
     exchanges = [exchange_of(request, response) for one in loaded for request, response in one.interactions]
     n = len(exchanges)
     tally, alone = Conformance(), Conformance(claimed_only=True)
@@ -453,6 +460,7 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
 
     def new_process() -> None:  # what a new process remembers: nothing
         persist._PARSED.clear()
+        persist._DIRECT.clear()
         head._HEADS.clear()
         replay._CACHE.clear()
         conformance._VERDICTS.clear()
@@ -484,8 +492,8 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     return {
         "decisions": n,
         **cached,
-        "yaml": best(lambda: [yaml_loader.load(t) for t in texts]),
-        "read": best(lambda: [_load(f, yaml_loader.load(t), None, config) for f, t in zip(files, texts)]),
+        "text": best(lambda: [direct_reader.read(t, Request) for t in texts]),
+        "read": best(lambda: [read(t) for t in texts]),
         "check_both": best(lambda: new_process() or [tally.check(e, server="replay", claimed="target") for e in exchanges]),
         "check_claimed": best(lambda: new_process() or [alone.check(e, server="replay", claimed="target")
                                                         for e in exchanges]),
@@ -604,7 +612,7 @@ def print_report(res: dict[str, Any]) -> None:
     parts = res.get("decision_parts_us")
     if parts:
         print(f"parts of one decision, in process (CPU µs, best of 5 over {parts['decisions']} recorded decisions): "
-              f"reading its interaction {parts['read']:.0f} (YAML {parts['yaml']:.0f}); spec check, both specs "
+              f"reading its interaction {parts['read']:.0f} (the text {parts['text']:.0f}); spec check, both specs "
               f"{parts['check_both']:.0f}, its claimed spec alone {parts['check_claimed']:.0f}; with the derived "
               f"cache: reading it in a first run (written) {parts['read_first']:.0f}, in a later run (read back) "
               f"{parts['read_warm']:.0f}, its spec check then {parts['check_warm']:.0f}")

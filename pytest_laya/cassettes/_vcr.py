@@ -23,12 +23,11 @@ if TYPE_CHECKING:  # pragma: no cover
     import vcr
 
 from pytest_laya.cassettes.config import CassetteConfig
-from pytest_laya.cassettes.disk import REPAIR
-from pytest_laya.cassettes.errors import CassetteError, Unplayed
+from pytest_laya.cassettes.errors import Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_session
 from pytest_laya.cassettes.matching import MATCH_ON, laya_body_matcher, match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
-from pytest_laya.cassettes.persist import Persister, fresh_interactions
+from pytest_laya.cassettes.persist import Persister, interactions_of
 from pytest_laya.cassettes.replay import FilteredOnce, check_playable, next_to_play, unplayed_of
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
@@ -105,11 +104,7 @@ class _LayaCassette:
         data = persister.read(path)
         if data is None:
             return None
-        try:
-            requests, responses = fresh_interactions(data)
-        except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
-            raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}",
-                                path=path) from None
+        requests, responses = interactions_of(path, data)
         with self._laya_lock:
             for request, response in zip(requests, responses):
                 self._laya_keep(request, response)

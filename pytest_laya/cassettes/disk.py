@@ -227,6 +227,13 @@ class KeptByFile(Generic[V]):
             self.keep(path, identity, value)
         return value
 
+    def take(self, path: Path) -> V | None:
+        """What is kept for `path` while the file is unchanged, no longer kept: the caller's own."""
+        identity = file_identity(path)
+        with self._lock:
+            cached = self._items.pop(str(path), None)
+        return cached[1] if cached is not None and identity is not None and cached[0] == identity else None
+
     def forget(self, path: Path) -> None:
         """Drop what is kept for `path` (its reader keeps what it needs of it)."""
         with self._lock:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pytest_laya.cassettes import derived
 from pytest_laya.cassettes.disk import KeptByFile, read_limited
-from pytest_laya.cassettes.persist import read_cassette
+from pytest_laya.cassettes.persist import read_cassette, read_direct
 
 __all__ = ["head_of", "read_head"]
 
@@ -39,7 +39,8 @@ def read_head(path: Path) -> dict[str, Any] | None:
 
 
 def _made_head(path: Path) -> dict[str, Any] | None:
-    """`read_head` of a file not kept: an earlier run's head of its bytes, else its parse's."""
+    """`read_head` of a file not kept: an earlier run's head of its bytes, else its direct read's
+    (`persist.read_direct`), else its parse's."""
     if derived.directory() is not None:
         raw = read_limited(path)
         if raw is None:
@@ -47,6 +48,9 @@ def _made_head(path: Path) -> dict[str, Any] | None:
         earlier: dict[str, Any] | None = derived.head(raw) if raw.strip() else None  # of these very bytes
         if earlier is not None:
             return earlier
+    direct = read_direct(path)  # in the layout vcrpy writes: read straight, kept for replay to take
+    if direct is not None:
+        return direct.head
     data = read_cassette(path)  # parsed and checked (an empty file refused), kept by path
     if data is None:
         return None

@@ -12,19 +12,25 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_laya.cassettes.disk import REPAIR, KeptByFile, atomic_write, read_limited
 from pytest_laya.cassettes.errors import CassetteError
 from pytest_laya.cassettes.rendering import render, render_appended
 
+if TYPE_CHECKING:
+    from pytest_laya.cassettes.direct_reader import DirectRead
+
 __all__ = [
     "REPAIR",
     "atomic_write",
     "forget_parse",
+    "interactions_of",
     "read_cassette",
+    "read_direct",
     "read_limited",
     "recorded_provenance",
+    "take_direct",
 ]
 
 
@@ -247,6 +253,47 @@ def forget_parse(path: Path) -> None:
     """Drop the kept parse of `path`: its reader holds all it needs of it (replay's `_Loaded`), and
     a parse kept for nothing is thousands of objects every full garbage collection walks."""
     _PARSED.forget(path)
+    _DIRECT.forget(path)
+
+
+#: Files `direct_reader` read, by path, until replay takes their requests and responses (`take_direct`).
+_DIRECT: KeptByFile[DirectRead] = KeptByFile()
+
+
+def read_direct(path: Path) -> DirectRead | None:
+    """The cassette at `path` read straight into fresh requests and responses (`direct_reader`:
+    the layout vcrpy writes), its head checked as `read_cassette` checks it; None if there is no
+    file or it is in another layout: `read_cassette` reads it then, and says what is wrong with
+    it. Kept by path for `take_direct`; the head is shared, read-only."""
+    return _DIRECT.read(path, lambda: _read_direct(path))
+
+
+def take_direct(path: Path) -> DirectRead | None:
+    """`read_direct(path)`, no longer kept: its requests and responses are the caller's own to change."""
+    found = _DIRECT.take(path)
+    return found if found is not None else _read_direct(path)
+
+
+def _read_direct(path: Path) -> DirectRead | None:
+    from pytest_laya.cassettes import derived, direct_reader
+    from pytest_laya.intercept.request import Request
+
+    raw = read_limited(path)
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    found = direct_reader.read(text, Request)
+    if found is None:
+        return None
+    try:
+        _check_structure(path, {"interactions": [], **found.head})
+    except CassetteError:
+        return None  # `read_cassette` raises it, with the file's own parse
+    derived.note_parsed(raw, found.head)  # the head's bytes, for its derived entry
+    return found
 
 
 def _parse_cassette(path: Path) -> dict[str, Any] | None:
@@ -300,6 +347,14 @@ def fresh_interactions(data: Mapping[str, Any], request_class: Any = None) -> tu
                 body["string"] = body["string"].encode("utf-8")
         responses.append(response)
     return requests, responses
+
+
+def interactions_of(path: Path, data: Mapping[str, Any], request_class: Any = None) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`fresh_interactions(data, request_class)`, a `CassetteError` naming `path` when they cannot be built."""
+    try:
+        return fresh_interactions(data, request_class)
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+        raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}", path=path) from None
 
 
 _SCALARS = (str, int, float, bool, bytes, type(None))

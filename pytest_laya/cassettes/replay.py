@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 from pytest_laya.cassettes import derived
 from pytest_laya.cassettes.config import CassetteConfig
-from pytest_laya.cassettes.disk import REPAIR
 from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle
 from pytest_laya.cassettes.head import head_of, read_head
@@ -41,7 +40,7 @@ from pytest_laya.cassettes.matching import (
     request_body,
 )
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
-from pytest_laya.cassettes.persist import Persister, forget_parse, fresh_interactions, read_cassette
+from pytest_laya.cassettes.persist import Persister, forget_parse, interactions_of, read_cassette, take_direct
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.wire.body import body_bytes, forget_view
@@ -107,15 +106,17 @@ def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber) -> Any:
     return scrubber.request(copied)
 
 
-def _load(path: Path, data: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded:
+def _fresh(path: Path, data: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
     from pytest_laya.intercept.request import Request
 
+    return interactions_of(path, data, Request)
+
+
+def _load(head: dict[str, Any], requests: list[Any], responses: list[dict[str, Any]], api_key: str | None,
+          config: CassetteConfig) -> _Loaded:
+    """A file's fresh requests and responses (changed here) filtered, scrubbed and indexed; `head` its head."""
     scrubber = Scrubber(api_key, learn=True, config=config)
     known = set(scrubber._secrets)
-    try:
-        requests, responses = fresh_interactions(data, Request)
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
-        raise CassetteError(f"cassette {path} cannot be read as a vcrpy cassette: {exc}. {REPAIR}", path=path) from None
     ignored = frozenset(config.ignore_hosts)
     interactions: list[Interaction] = []
     for request, response in zip(requests, responses):
@@ -133,7 +134,7 @@ def _load(path: Path, data: dict[str, Any], api_key: str | None, config: Cassett
     exact = _exact_index(interactions, index)
     for request, _ in interactions:  # indexed: its body's view is asked again only by a miss's message
         forget_view(request)
-    return _Loaded(head_of(data), tuple(interactions), index, tuple(sorted(scrubber._secrets - known)), exact)
+    return _Loaded(head, tuple(interactions), index, tuple(sorted(scrubber._secrets - known)), exact)
 
 
 def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: CassetteConfig) -> _Loaded | None:
@@ -156,12 +157,17 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
             for extra in extras:  # each restores its own, or is worked out again when asked
                 extra.restore(entry[2].get(extra.name))
             return kept
-    data = read_cassette(path)  # the parse the head came from (kept by path), or the file as it is now
-    if data is None:
-        return None
-    loaded = _load(path, data, api_key, config)
+    # The direct read or the parse the head came from (kept by path), or the file as it is now.
+    direct = take_direct(path)
+    if direct is not None:
+        source, loaded = direct.head, _load(direct.head, direct.requests, direct.responses, api_key, config)
+    else:
+        data = read_cassette(path)
+        if data is None:
+            return None
+        source, loaded = data, _load(head_of(data), *_fresh(path, data), api_key, config)
     forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
-    digest = derived.digest_of_parsed(data) if api_key is None else None
+    digest = derived.digest_of_parsed(source) if api_key is None else None
     if digest is not None and not loaded.learned:
         derived.keep(loaded.data, digest, key or _variant_key(config, extras), _plain(loaded, extras))
     return loaded
@@ -248,7 +254,8 @@ def open_replay(path: str | os.PathLike[str], *, api_key: str | None, strict: bo
     try:
         hash(config)
     except TypeError:  # a replacement that cannot be a key: load it afresh
-        loaded = None if (data := read_cassette(full)) is None else _load(full, data, api_key, config)
+        data = read_cassette(full)
+        loaded = None if data is None else _load(head_of(data), *_fresh(full, data), api_key, config)
     else:
         loaded = _loaded(full, api_key, config)
     persister = Persister(record=False, deferred=True)

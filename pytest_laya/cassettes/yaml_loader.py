@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-__all__ = ["load"]
+__all__ = ["NotPlain", "folded", "load", "plain_scalar"]
 
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
@@ -37,8 +37,9 @@ _MERGE = "tag:yaml.org,2002:merge"
 _REMEMBERED = 4096  # plain scalars' tags kept (of values up to 64 characters)
 
 
-class _NotPlain(Exception):
-    """A mapping the direct build does not reproduce (a merge or an unhashable key)."""
+class NotPlain(Exception):
+    """Something the direct build is not sure it reproduces (a merge, an unhashable key, a layout
+    or a plain scalar it does not read): PyYAML reads the document."""
 
 
 def _python_str(loader: Any, node: Any) -> Any:
@@ -111,7 +112,7 @@ def load(text: str | bytes) -> Any:
     if isinstance(text, str):
         try:
             return _Block(text).document()
-        except _NotPlain:
+        except NotPlain:
             pass
     return _load_with_libyaml(text)
 
@@ -124,7 +125,7 @@ def _load_with_libyaml(text: str | bytes) -> Any:
             return None
         try:
             return _build(loader, node, {})
-        except (_NotPlain, RecursionError):
+        except (NotPlain, RecursionError):
             return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -142,12 +143,12 @@ def _build(loader: Any, node: Any, built: dict[int, Any]) -> Any:
         built[id(node)] = mapping
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                raise _NotPlain
+                raise NotPlain
             key = _build(loader, key_node, built)
             try:
                 hash(key)
             except TypeError:
-                raise _NotPlain from None  # PyYAML's constructor refuses it, in its words
+                raise NotPlain from None  # PyYAML's constructor refuses it, in its words
             mapping[key] = _build(loader, value_node, built)
         return mapping
     if kind is SequenceNode and node.tag == _SEQ:
@@ -180,18 +181,20 @@ _UNSURE = re.compile(r"[^\n\x20-\x7e]")
 _PLAIN_VALUES: dict[str, Any] = {}
 
 
-def _plain(text: str) -> Any:
-    found = _PLAIN_VALUES.get(text, _NotPlain)  # only what passed the checks below is kept
-    if found is _NotPlain:
+def plain_scalar(text: str) -> Any:
+    """A one-line plain scalar's value, as the loader's resolver and constructor decide it;
+    `NotPlain` for one YAML could read otherwise here (an indicator, a quote, ": " inside...)."""
+    found = _PLAIN_VALUES.get(text, NotPlain)  # only what passed the checks below is kept
+    if found is NotPlain:
         if not _PLAIN.match(text) or ": " in text or text.endswith((":", " ")):
-            raise _NotPlain
+            raise NotPlain
         tag = _plain_resolver().resolve(ScalarNode, text, (True, False))
         if tag == _STR:
             found = text
         else:
             construct = _loader_class().yaml_constructors.get(tag)
             if construct is None:
-                raise _NotPlain
+                raise NotPlain
             found = construct(_CONSTRUCTOR, ScalarNode(tag, text))
         if len(text) <= 64:
             if len(_PLAIN_VALUES) >= _REMEMBERED:
@@ -215,7 +218,7 @@ _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 class _Block:
     def __init__(self, text: str) -> None:
         if not text or _UNSURE.search(text):
-            raise _NotPlain
+            raise NotPlain
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()
@@ -226,16 +229,16 @@ class _Block:
 
     def document(self) -> Any:
         if not self.lines or self.indents[0] != 0:
-            raise _NotPlain
+            raise NotPlain
         value, end = self.block(0, 0)
         if end != len(self.lines):
-            raise _NotPlain
+            raise NotPlain
         return value
 
     def block(self, i: int, indent: int) -> tuple[Any, int]:
         content = self.contents[i]
         if not content or content.startswith(("---", "...")):
-            raise _NotPlain
+            raise NotPlain
         return self.sequence(i, indent) if content.startswith("- ") else self.mapping(i, indent)
 
     def mapping(self, i: int, indent: int) -> tuple[dict[Any, Any], int]:
@@ -245,11 +248,11 @@ class _Block:
         while i < n and indents[i] == indent:
             found = key_match(contents[i])
             if found is None:
-                raise _NotPlain
+                raise NotPlain
             name, rest = found.groups()
             if len(name) > 1024:  # longer than YAML lets a key be
-                raise _NotPlain
-            key = _plain(name)
+                raise NotPlain
+            key = plain_scalar(name)
             if rest is None:  # "key:" and the value on the lines below
                 i += 1
                 if i < n and indents[i] > indent:
@@ -262,7 +265,7 @@ class _Block:
                 value, i = self.scalar(rest, i)
             out[key] = value
         if i < n and indents[i] > indent:
-            raise _NotPlain
+            raise NotPlain
         return out, i
 
     def sequence(self, i: int, indent: int) -> tuple[list[Any], int]:
@@ -276,7 +279,7 @@ class _Block:
             else:
                 value, i = self.scalar(item, i)
                 if i < n and indents[i] > indent:
-                    raise _NotPlain
+                    raise NotPlain
             out.append(value)
         return out, i
 
@@ -290,9 +293,9 @@ class _Block:
             return {}, i + 1
         if text == "[]":
             return [], i + 1
-        value = _plain(text)
+        value = plain_scalar(text)
         if i + 1 < len(self.lines) and self.indents[i + 1] > self.indents[i]:
-            raise _NotPlain  # a plain scalar going on over the next lines
+            raise NotPlain  # a plain scalar going on over the next lines
         return value, i + 1
 
     def single_quoted(self, text: str, i: int) -> tuple[str, int]:
@@ -304,17 +307,17 @@ class _Block:
             closing = _closing_quote(segment)
             if closing is not None:
                 if segment[closing + 1:]:
-                    raise _NotPlain  # something after the closing quote
+                    raise NotPlain  # something after the closing quote
                 segments[-1] = segment[:closing]
                 break
             i += 1
             if i >= n:
-                raise _NotPlain
+                raise NotPlain
             segment = contents[i]  # the line without its leading spaces
             if not indents[i] and segment.startswith(("---", "...")):
-                raise _NotPlain
+                raise NotPlain
             segments.append(segment)
-        return _folded(segments), i + 1
+        return folded(segments), i + 1
 
 
     def double_quoted(self, text: str, i: int) -> tuple[str, int]:
@@ -325,7 +328,7 @@ class _Block:
         lines = rest.count("\n", 0, end)
         tail = rest[end:].split("\n", 1)[0]
         if tail:
-            raise _NotPlain  # something after the closing quote
+            raise NotPlain  # something after the closing quote
         return value, i + lines + 1
 
 
@@ -349,7 +352,7 @@ def _double_quoted(text: str) -> tuple[str, int]:
             chunks.append(run.group())
             pos = run.end()
         if pos >= n:
-            raise _NotPlain  # no closing quote
+            raise NotPlain  # no closing quote
         ch = text[pos]
         if ch == '"':
             return "".join(chunks), pos + 1
@@ -362,24 +365,24 @@ def _double_quoted(text: str) -> tuple[str, int]:
             elif ch in _CODES and ch:
                 digits = text[pos + 1:pos + 1 + _CODES[ch]]
                 if len(digits) != _CODES[ch] or not _HEX.match(digits):
-                    raise _NotPlain
+                    raise NotPlain
                 code = int(digits, 16)
                 if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-                    raise _NotPlain  # libyaml refuses what PyYAML's scanner would build
+                    raise NotPlain  # libyaml refuses what PyYAML's scanner would build
                 chunks.append(chr(code))
                 pos += 1 + _CODES[ch]
             elif ch == "\n":  # an escaped line break: nothing, then the empty lines after it
                 breaks, pos = _breaks(text, pos + 1)
                 chunks.extend(breaks)
             else:
-                raise _NotPlain
+                raise NotPlain
             continue
         # spaces, then a line break (folded) or more text
         start = pos
         while pos < n and text[pos] == " ":
             pos += 1
         if pos >= n:
-            raise _NotPlain
+            raise NotPlain
         if text[pos] == "\n":
             breaks, pos = _breaks(text, pos + 1)
             chunks.extend(breaks if breaks else [" "])
@@ -393,7 +396,7 @@ def _breaks(text: str, pos: int) -> tuple[list[str], int]:
     n = len(text)
     while True:
         if text.startswith(("---", "..."), pos):
-            raise _NotPlain  # a document marker: libyaml's error, not ours
+            raise NotPlain  # a document marker: libyaml's error, not ours
         while pos < n and text[pos] == " ":
             pos += 1
         if pos < n and text[pos] == "\n":
@@ -413,7 +416,7 @@ def _closing_quote(segment: str) -> int | None:
     return None
 
 
-def _folded(segments: list[str]) -> str:
+def folded(segments: list[str]) -> str:
     """A single-quoted scalar's lines joined as YAML folds them: a line break is a space, each
     empty line a newline; spaces around a break are dropped; '' is a quote."""
     if len(segments) == 1:

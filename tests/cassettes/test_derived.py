@@ -24,15 +24,18 @@ def cache(tmp_path: Path) -> Any:
                           lambda plain: calls.append(("restored", plain)) or True)
     before = derived.use(tmp_path / "derived", (extra,))
     persist._PARSED.clear()
+    persist._DIRECT.clear()
     replay._CACHE.clear()
     yield tmp_path / "derived", calls
     derived.use(*before)
     persist._PARSED.clear()
+    persist._DIRECT.clear()
     replay._CACHE.clear()
 
 
 def load(path: Path, config: CassetteConfig | None = None, api_key: str | None = None) -> Any:
     persist._PARSED.clear()  # another process, as far as memory goes
+    persist._DIRECT.clear()
     replay._CACHE.clear()
     derived._entries.clear()
     return replay._loaded(path, api_key, config or CassetteConfig())
@@ -123,6 +126,7 @@ def test_the_kept_parse_is_the_files_head_and_a_full_read_still_parses_the_whole
     assert len(second.interactions) == len(whole["interactions"])
     head._HEADS.clear()
     persist._PARSED.clear()
+    persist._DIRECT.clear()
     assert head.read_head(path) == first.data
     assert len(persist.read_cassette(path)["interactions"]) == len(whole["interactions"])
 
