@@ -95,13 +95,14 @@ _CACHE_MAX = 8
 _CACHE_LOCK = threading.Lock()
 
 
-def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber) -> Any:
-    """vcrpy's filter of a request with the kit's filters: a copy, None for an ignored host, scrubbed."""
+def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber, *, own: bool = False) -> Any:
+    """vcrpy's filter of a request with the kit's filters: a copy (`own`: `request` itself, the
+    caller's to change), None for an ignored host, scrubbed."""
     from pytest_laya.intercept.request import Request
 
-    copied = request.copy() if isinstance(request, Request) else Request(
+    copied = request if own else request.copy() if isinstance(request, Request) else Request(
         request.method, request.uri, request.body, list(request.headers.items()))
-    if copied.host in ignored:
+    if ignored and copied.host in ignored:
         return None
     return scrubber.request(copied)
 
@@ -121,7 +122,7 @@ def _load(head: dict[str, Any], requests: list[Any], responses: list[dict[str, A
     interactions: list[Interaction] = []
     for request, response in zip(requests, responses):
         response = without_request_ids(response, request)
-        filtered = _filtered(request, ignored, scrubber)
+        filtered = _filtered(request, ignored, scrubber, own=True)  # fresh: read for this load alone
         if not filtered:
             continue
         response = scrubber.response(response)
@@ -341,7 +342,7 @@ class ReplayCassette:
             return last[1]
         found = None
         if self._exact and not self._scrubber._secrets and "authorization" not in request.headers \
-                and request.host not in self._ignored:
+                and (not self._ignored or request.host not in self._ignored):
             found = self._exact.get(exact_key(request))
         self._exact_last = (request, found)
         return found

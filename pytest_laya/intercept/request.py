@@ -8,6 +8,7 @@ path, this one on the kit's own replay path, which never imports vcrpy.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import ParseResult, parse_qsl, urlparse
@@ -86,6 +87,11 @@ class _Items(ItemsView[str, Any]):
         return iter(list(self._mapping._store.values()))
 
 
+@functools.lru_cache(maxsize=1024)  # a suite's requests go to a few URLs (and every recorded one to one)
+def _parsed(uri: str) -> ParseResult:
+    return urlparse(uri)  # urlparse, as vcrpy: a path's ;params are not its path
+
+
 class Request:
     """A request with vcrpy's attributes; its body is bytes (a str is encoded as UTF-8)."""
 
@@ -107,7 +113,7 @@ class Request:
     @uri.setter
     def uri(self, uri: str) -> None:
         self._uri = uri
-        self._split: ParseResult = urlparse(uri)  # urlparse, as vcrpy: a path's ;params are not its path
+        self._split: ParseResult = _parsed(uri)
 
     @property
     def body(self) -> bytes | None:

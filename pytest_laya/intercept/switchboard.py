@@ -24,6 +24,7 @@ switching routes, not for building vcrpy's patchers (docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +50,7 @@ class NetworkBlocked(Exception):
 NetworkBlocked.__module__ = "pytest_laya.intercept"
 
 
+@functools.lru_cache(maxsize=1024)  # a test's requests go to a few URLs, each routed by it
 def host_of(uri: str) -> str:
     """``host:port`` of a URL, the port made explicit (``http://a`` is ``a:80``), lower-cased."""
     split = urlsplit(uri)
