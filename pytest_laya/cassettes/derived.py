@@ -58,12 +58,12 @@ _CASSETTE = "cassette"
 class Extra(NamedTuple):
     """Something a layer above derives from a replayed file's interactions, kept in its entry too
     (the plugin's spec verdicts): `key` names its inputs beyond the file (bytes, asked once per
-    entry), `derive` gives a built-in value from the interactions, `restore` takes it back (False
-    if it is not one of its own)."""
+    entry), `derive` gives a built-in value from the file's head and interactions, `restore`
+    takes it back (False if it is not one of its own)."""
 
     name: str
     key: Callable[[], bytes]
-    derive: Callable[[Any], Any]
+    derive: Callable[[Any, Any], Any]
     restore: Callable[[Any], bool]
 
 

@@ -188,7 +188,7 @@ def _plain(loaded: _Loaded, extras: tuple[derived.Extra, ...]) -> tuple[Any, ...
     interactions = tuple((request.method, request.uri, request.body, tuple(request.headers.items()), response)
                          for request, response in loaded.interactions)
     index = tuple((key, tuple(places)) for key, places in loaded.index.items())
-    return interactions, index, {extra.name: extra.derive(loaded.interactions) for extra in extras}
+    return interactions, index, {extra.name: extra.derive(loaded.data, loaded.interactions) for extra in extras}
 
 
 def _from_plain(data: dict[str, Any], plain: Any) -> _Loaded | None:

@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     run = config.stash[_STATE] = options.resolve(config)
     config.stash[_SIZE_LIMIT_BEFORE] = _set_size_limit(run.max_cassette_bytes)
-    config.stash[_DERIVED_BEFORE] = _use_derived_cache(config)
+    config.stash[_DERIVED_BEFORE] = _use_derived_cache(config, run)
     config.pluginmanager.register(_Progress(run), f"laya-progress-{id(config)}")
     interrupts.watch(run, config)  # SIGTERM stops the run as Ctrl-C does; xdist results survive an interrupt
     config.pluginmanager.register(_async_fixtures(config), f"laya-async-fixtures-{id(config)}")
@@ -79,9 +79,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         derived.use(*config.stash[_DERIVED_BEFORE])
 
 
-def _use_derived_cache(config: pytest.Config) -> Any:
-    """Keep what replay derives from cassette files (and the spec verdicts on their exchanges) in
-    pytest's cache (none under -p no:cacheprovider); returns what was in use before."""
+def _use_derived_cache(config: pytest.Config, run: LayaRun) -> Any:
+    """Keep what replay derives from cassette files (and the spec verdicts on their exchanges, as
+    `run` judges them) in pytest's cache (none under -p no:cacheprovider); returns what was in use before."""
     from pytest_laya.cassettes import derived
     from pytest_laya.route.spec_check import replay_verdicts
 
@@ -92,7 +92,7 @@ def _use_derived_cache(config: pytest.Config) -> Any:
             folder = Path(cache.mkdir("pytest-laya")) / "derived"
         except OSError:  # an unwritable cache directory: no cache, as pytest itself goes on
             folder = None
-    return derived.use(folder, (replay_verdicts(),))
+    return derived.use(folder, (replay_verdicts(claimed_only=not run.table_read, chosen=run.spec_document),))
 
 
 def _set_size_limit(limit: int) -> int:

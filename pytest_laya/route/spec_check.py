@@ -172,22 +172,35 @@ def _specs_key() -> bytes:
     return digest.digest()
 
 
-def _derive_verdicts(interactions: Any) -> Any:
-    """Both specs' verdicts on each replayed exchange as it will be played to a request like the recorded one."""
+def _derive_verdicts(claimed_only: bool, chosen: SpecName | None, head: Any, interactions: Any) -> Any:
+    """The verdicts on each replayed exchange as it will be played to a request like the recorded
+    one: both specs' for a run that shows the conformance table, else its claimed spec's alone, as
+    `SpecCheck.claim` claims it for a replay (`chosen`: ``--laya-spec``; else the spec the file
+    was recorded under; else the response's own claim)."""
+    from pytest_laya.cassettes.persist import provenance_of
     from pytest_laya.cassettes.request_ids import echo_ids
     from pytest_laya.intercept.laya_route import exchange_of
+    from pytest_laya.servers.claimed_spec import claimed_spec_of
     from pytest_laya.specs.conformance import plain_verdicts
 
     try:
-        return plain_verdicts([exchange_of(request, echo_ids(response, request)) for request, response in interactions])
+        exchanges = [exchange_of(request, echo_ids(response, request)) for request, response in interactions]
+        if not claimed_only:
+            return plain_verdicts(exchanges)
+        fixed = chosen or SpecName.document((provenance_of(head) or {}).get("spec"))
+        return plain_verdicts(exchanges, [fixed.value if fixed else claimed_spec_of(e.headers, None).name
+                                          for e in exchanges])
     except Exception:  # an exchange the check fails on: judged when it is played, where its error belongs
         return None
 
 
-def replay_verdicts() -> Extra:
+def replay_verdicts(*, claimed_only: bool = False, chosen: SpecName | None = None) -> Extra:
     """The spec verdicts a replayed file's entry in `cassettes.derived` keeps beside its interactions:
-    a later run seeds `Conformance` with them and judges only exchanges that differ."""
+    a later run seeds `Conformance` with them and judges only exchanges that differ. `claimed_only`
+    (a run that shows no conformance table, `Conformance.claimed_only`): the claimed spec's alone,
+    the spec ``--laya-spec`` names being `chosen`; each kind of run keeps its own."""
     from pytest_laya.cassettes.derived import Extra
     from pytest_laya.specs.conformance import seed
 
-    return Extra("verdicts", _specs_key, _derive_verdicts, seed)
+    which = (b"claimed " + (chosen.value.encode() if chosen else b"-")) if claimed_only else b"both"
+    return Extra("verdicts", lambda: _specs_key() + which, functools.partial(_derive_verdicts, claimed_only, chosen), seed)

@@ -221,17 +221,23 @@ def _copy(violations: Violations) -> Violations:
     return copied
 
 
-def plain_verdicts(exchanges: list[Exchange]) -> tuple[Any, ...]:
-    """The verdicts on `exchanges` as built-in values, for a later process's `seed` (`cassettes.derived`)."""
+def plain_verdicts(exchanges: list[Exchange], claimed: list[str] | None = None) -> tuple[Any, ...]:
+    """The verdicts on `exchanges` as built-in values, for a later process's `seed` (`cassettes.derived`):
+    both specs', or (`claimed`: a spec for each exchange) the one each is held to."""
+    def judged(exchange: Exchange, name: str | None) -> tuple[Verdict, ...]:
+        return verdicts_of(exchange) if name is None else (verdict_of(exchange, name),)
+
+    names: list[str | None] = list(claimed) if claimed is not None else [None] * len(exchanges)
     return tuple((key, tuple((name, operation, tuple((v.where, v.expected, v.actual, v.rule) for v in violations),
                               violations.unlisted, violations.counted_all, tuple(documented))
                              for name, operation, violations, documented in verdicts))
-                 for key, verdicts in ((_fingerprint(e), verdicts_of(e)) for e in exchanges))
+                 for key, verdicts in ((_fingerprint(e), judged(e, name)) for e, name in zip(exchanges, names)))
 
 
 def seed(plain: Any) -> bool:
-    """Remember verdicts `plain_verdicts` gave (an earlier run's); False, and nothing kept, if `plain` is not such."""
-    kept = []
+    """Remember verdicts `plain_verdicts` gave (an earlier run's: both specs', or one's, as
+    `verdict_of` remembers one); False, and nothing kept, if `plain` is not such."""
+    kept: list[tuple[tuple[Any, ...], tuple[Verdict, ...]]] = []
     names = sorted(SPECS)
     # The (name, operation, documented headers) of the file's verdicts repeat: each checked and kept once.
     parts: dict[Any, tuple[str, str, tuple[str, ...]]] = {}
@@ -251,9 +257,13 @@ def seed(plain: Any) -> bool:
                     part = parts[(name, operation, documented)] = (str(name), str(operation),
                                                                    tuple(str(d) for d in documented))
                 rebuilt.append((part[0], part[1], violations, part[2]))
-            if sorted(name for name, *_ in rebuilt) != names:
+            judged = sorted(name for name, *_ in rebuilt)
+            if judged == names:
+                kept.append((key, tuple(rebuilt)))
+            elif len(judged) == 1 and judged[0] in SPECS:
+                kept.append(((*key, judged[0]), tuple(rebuilt)))
+            else:
                 return False
-            kept.append((key, tuple(rebuilt)))
     except (TypeError, ValueError):
         return False
     _remember_all(kept)

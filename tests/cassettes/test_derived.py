@@ -20,7 +20,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "cassettes" / "laya-serve-0.4.15
 def cache(tmp_path: Path) -> Any:
     """A cache folder in use, and a clean slate in memory (the parse and replay caches are per process)."""
     calls: list[Any] = []
-    extra = derived.Extra("probe", lambda: calls[-1][1] if calls else b"v1", lambda interactions: len(interactions),
+    extra = derived.Extra("probe", lambda: calls[-1][1] if calls else b"v1", lambda head, interactions: len(interactions),
                           lambda plain: calls.append(("restored", plain)) or True)
     before = derived.use(tmp_path / "derived", (extra,))
     persist._PARSED.clear()

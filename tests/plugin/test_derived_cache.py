@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_laya.cassettes import yaml_loader
 from pytest_laya.fake import FakeLayaServer
 from tests.helpers.pytester_runs import WITHOUT_UNUSED_PLUGINS, run
 from tests.plugin.test_answer_rules_in_plugin import CASSETTE, OWN_HTTPX, edit_answer
@@ -24,7 +25,8 @@ pytest_plugins = ["pytester"]
 CONFTEST = """
 import pytest
 
-from pytest_laya.cassettes import yaml_loader
+from pytest_laya.cassettes import direct_reader, yaml_loader
+from pytest_laya.specs import conformance
 from pytest_laya.specs.spec import Spec
 
 
@@ -34,8 +36,18 @@ def _forbidden(*args, **kwargs):
 
 def pytest_configure(config):
     if (config.rootpath / "no-parsing").exists():
-        yaml_loader.load = _forbidden
+        yaml_loader.load = direct_reader.read = _forbidden
         Spec.judge = _forbidden
+    log = config.rootpath / "judged-by"
+    if log.exists():  # each spec an exchange is judged by, one line each
+        real = conformance._judged_by
+
+        def judged_by(name, exchange, headers):
+            with open(log, "a") as f:
+                f.write(name + "\\n")
+            return real(name, exchange, headers)
+
+        conformance._judged_by = judged_by
 """
 
 
@@ -71,6 +83,30 @@ def test_a_second_run_reads_the_parse_the_interactions_and_the_verdicts_from_the
     second.assert_outcomes(passed=1)
     assert conformance(second) == conformance(first)  # the same table, from the kept verdicts
     assert conformance(first)
+
+
+def test_a_quiet_run_keeps_the_claimed_specs_verdicts_and_a_run_showing_the_table_both(recorded):
+    """A run that shows no conformance table judges each response by its claimed spec alone, a
+    first run writing the cache included; a run showing the table keeps both specs' verdicts beside."""
+    claimed = yaml_loader.load(recorded.path.joinpath(*CASSETTE).read_text())["metadata"]["pytest_laya"]["spec"]
+    log = recorded.path / "judged-by"
+    log.touch()
+    quiet = ("-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS)
+    recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)
+    assert log.read_text().split() == [claimed]  # the first run, writing the cache: one spec, once
+    (recorded.path / "no-parsing").touch()
+    log.write_text("")
+    recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)  # its verdict read back
+    (recorded.path / "no-parsing").unlink()
+    table = replay(recorded)  # -v: the table reads both specs
+    table.assert_outcomes(passed=1)
+    assert sorted(log.read_text().split()) == ["current", "target"]
+    assert sum("operations" in line for line in conformance(table)) == 2  # a row for each spec
+    (recorded.path / "no-parsing").touch()
+    log.write_text("")
+    assert conformance(replay(recorded)) == conformance(table)  # both kept, beside the quiet run's
+    recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)
+    assert log.read_text() == ""
 
 
 def test_an_edited_cassette_is_read_and_judged_again(recorded):
