@@ -42,7 +42,7 @@ _QUOTED = r"'[^']*(?:''[^']*)*'"  # single-quoted, over as many lines as it take
 _QUOTED_LINE = r"'[^'\n]*(?:''[^'\n]*)*'"
 _PLAIN_LINE = r"[^ '\"\n][^\n]*"  # then `yaml_loader.plain_scalar` decides, or refuses
 _LINE = f"(?:{_QUOTED_LINE}|{_PLAIN_LINE})"
-_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # a key `yaml_loader` reads as one (a token, checked below)
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # a key `yaml_loader` reads as one, and an HTTP token
 _HEADERS = rf"headers:(?: \{{\}}\n|\n((?:      {_NAME}:\n(?:      - {_LINE}\n)+)+))"
 _INTERACTION = re.compile(
     rf"- request:\n    body: ({_QUOTED}|{_PLAIN_LINE})\n    {_HEADERS}    method: ({_LINE})\n    uri: ({_LINE})\n"
@@ -50,7 +50,7 @@ _INTERACTION = re.compile(
     rf"    status:\n      code: ([1-5][0-9][0-9])\n      message: ({_LINE})\n")
 _HEADER = re.compile(rf"      ({_NAME}):\n((?:      - {_LINE}\n)+)")
 _VALUE = re.compile(rf"      - ({_LINE})\n")
-# What `persist` wants of a method and a header name: an HTTP token.
+# What `persist` wants of a method: an HTTP token.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 
 
