@@ -131,21 +131,27 @@ def finite_number(value: Any) -> float | None:
 def unit_break(path: tuple[str, ...], rule: str, name: str, value: Any) -> RuleBreak | None:
     """`rule` (``probability-range``, ``confidence-range``) for one value, called `name` in the words."""
     number = finite_number(value)
+    if number is not None and 0.0 <= number <= 1.0:
+        return None
+    return _unit_broken(path, rule, name, value, number)
+
+
+def _unit_broken(path: tuple[str, ...], rule: str, name: str, value: Any, number: float | None) -> RuleBreak:
+    """`unit_break`'s break, for a `value` that is no finite number (`number` None) or outside [0, 1]."""
     if number is None:
         return RuleBreak(path, rule, "a finite number in [0, 1]", shown(value), f"{name} must be a number, got {shown(value)}")
-    if not 0.0 <= number <= 1.0:
-        return RuleBreak(path, rule, "a number in [0, 1]", shown(value), f"{name} {shown(value)} is outside [0, 1]")
-    return None
+    return RuleBreak(path, rule, "a number in [0, 1]", shown(value), f"{name} {shown(value)} is outside [0, 1]")
 
 
 def distribution_breaks(path: tuple[str, ...], probabilities: Mapping[Any, Any]) -> Iterator[RuleBreak]:
     """``probability-range`` for each value, then (when all are in range) ``probabilities-sum``."""
     in_range = True
     for key, value in probabilities.items():
-        found = unit_break(path + ("probabilities", str(key)), "probability-range", f"probability of {shown(key)}", value)
-        if found is not None:
+        number = finite_number(value)
+        if number is None or not 0.0 <= number <= 1.0:  # `unit_break`'s test; the words only for a break
             in_range = False
-            yield found
+            yield _unit_broken(path + ("probabilities", str(key)), "probability-range", f"probability of {shown(key)}",
+                               value, number)
     if in_range:
         total = math.fsum(float(p) for p in probabilities.values())
         if abs(total - 1.0) > SUM_TOLERANCE:
