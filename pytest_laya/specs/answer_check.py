@@ -26,9 +26,9 @@ __all__ = ["DECISION_PATHS", "RuleViolation", "answer_violations"]
 DECISION_PATHS = {"/v1/systemone": False, "/v1/systemone/batch": True}
 
 
-#: Questions normalised, by their JSON text as a request body carried them: a suite asks the same
-#: questions of many states, and normalising is a function of that text (its order, types and
-#: values). Bounded; the values are read, never changed.
+#: Questions normalised, by the repr of their parsed JSON (one per value: its order, types and
+#: values): a suite asks the same questions of many states, and normalising is a function of
+#: that value. Bounded; the values are read, never changed.
 _ASKED: dict[str, dict[str, AskedQuestion] | None] = {}
 _ASKED_MAX = 256
 _ASKED_LONGEST = 16 * 1024
@@ -46,9 +46,9 @@ def _asked(request_body: Any) -> dict[str, AskedQuestion] | None:
     if not isinstance(questions, Mapping):
         return None
     key = None
-    if parsed:  # JSON's own values (string member names): equal texts, equal questions
+    if parsed:  # JSON's own values, whose repr is one per value (order, types and all): equal reprs, equal questions
         try:
-            key = json.dumps(questions)
+            key = repr(questions)
         except (ValueError, RecursionError):
             key = None
         found = _ASKED.get(key, _UNSEEN) if key is not None else _UNSEEN

@@ -100,3 +100,34 @@ def test_the_same_answer_is_judged_by_the_request_and_the_spec_of_each_check():
         "/body/answers: rule answers-asked: expected answers for ['team'] only, got answers for ['refund']"]
     assert rule_violations(response) == []
     assert rule_violations(response, request=asks_only_team, status=201) == []
+
+
+def test_questions_are_read_as_each_request_asks_them_whatever_was_asked_before():
+    """Normalised questions are remembered by the parsed questions: ones differing only in order, or
+    in a value's type, are each read as asked, in any order of requests."""
+    from pytest_laya.specs.answer_check import _asked
+    from pytest_laya.wire.errors import LayaConfigError
+    from pytest_laya.wire.questions import normalize_questions
+
+    variants = [
+        {"q": {"type": "choice", "instructions": "Which?", "criteria": ["a", "b"]}},
+        {"q": {"type": "choice", "instructions": "Which?", "criteria": ["b", "a"]}},
+        {"q": {"type": "score", "instructions": "How much?", "levels": 3}},
+        {"q": {"type": "score", "instructions": "How much?", "levels": 3.0}},
+        {"q": {"type": "score", "instructions": "How much?", "levels": "3"}},
+        {"q": {"type": "score", "instructions": "How much?", "levels": True}},
+        {"a": {"type": "noul", "instructions": "x"}, "b": {"type": "noul", "instructions": "y"}},
+        {"b": {"type": "noul", "instructions": "y"}, "a": {"type": "noul", "instructions": "x"}},
+    ]
+
+    def direct(questions):
+        try:
+            return normalize_questions(questions)
+        except LayaConfigError:
+            return None
+
+    for order in (variants, variants[::-1], variants + variants):
+        for questions in order:
+            got = _asked(json.dumps({"state": "s", "questions": questions}).encode())
+            want = direct(questions)
+            assert (got is None) == (want is None) and (got is None or list(got.items()) == list(want.items())), questions
