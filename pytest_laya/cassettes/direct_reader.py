@@ -66,16 +66,10 @@ def _scalar(text: str) -> Any:
         except NotPlain:
             raise _NotRead from None
     inner = text[1:-1]
-    if "\n" in inner:
-        if "\n---" in inner or "\n..." in inner:
-            raise _NotRead  # a document marker in column 0: not one scalar
-        lines = inner.split("\n")
-        rest = [line.lstrip(" ") for line in lines[1:]]
-        if "" in rest[:-1]:  # an empty line, kept as a line break
-            return folded([lines[0], *rest])
-        # `folded` where no line is empty: each break a space, the spaces before it dropped.
-        inner = " ".join([lines[0].rstrip(" "), *[line.rstrip(" ") for line in rest[:-1]], rest[-1]])
-    return inner.replace("''", "'") if "''" in inner else inner
+    if "\n---" in inner or "\n..." in inner:
+        raise _NotRead  # a document marker in column 0: not one scalar
+    lines = inner.split("\n")
+    return folded([lines[0], *[line.lstrip(" ") for line in lines[1:]]])
 
 
 def _text(text: str) -> str:

@@ -421,6 +421,9 @@ def folded(segments: list[str]) -> str:
     empty line a newline; spaces around a break are dropped; '' is a quote."""
     if len(segments) == 1:
         return segments[0].replace("''", "'")
+    middle = [segment.rstrip(" ") for segment in segments[1:-1]]
+    if "" not in middle:  # no empty line: each break is one space (joined in C, not a loop)
+        return " ".join([segments[0].rstrip(" "), *middle, segments[-1]]).replace("''", "'")
     out = [segments[0].rstrip(" ")]
     breaks = 0
     for segment in segments[1:-1]:

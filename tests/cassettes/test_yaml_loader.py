@@ -62,6 +62,7 @@ CASES = {
     "quoted-under-indented": "a:\n  body: 'abc\ndef'\n",
     "quoted-folding-edges": "a: 'one\n  two\n\n  three\n\n\n  four  \n  '\nb: '\n  x'\nc: '\n\n  '\n",
     "quoted-escape-at-break": "a: 'it''\n  s'\nb: ''''\nc: ''\n",
+    "quoted-spaces-at-breaks": "a: 'one  \n  two  \n  three  '\nb: '  x \n y'\n",
     "quoted-document-marker": "a: 'x\n--- y'\n",
     "after-closing-quote": "a: 'x' y\n",
     "control-character": "a: b\x07c\n",
