@@ -131,9 +131,12 @@ def finite_number(value: Any) -> float | None:
 def unit_break(path: tuple[str, ...], rule: str, name: str, value: Any) -> RuleBreak | None:
     """`rule` (``probability-range``, ``confidence-range``) for one value, called `name` in the words."""
     number = finite_number(value)
-    if number is not None and 0.0 <= number <= 1.0:
-        return None
-    return _unit_broken(path, rule, name, value, number)
+    return None if _in_unit(number) else _unit_broken(path, rule, name, value, number)
+
+
+def _in_unit(number: float | None) -> bool:
+    """Whether a `finite_number` is one in [0, 1]."""
+    return number is not None and 0.0 <= number <= 1.0
 
 
 def _unit_broken(path: tuple[str, ...], rule: str, name: str, value: Any, number: float | None) -> RuleBreak:
@@ -148,7 +151,7 @@ def distribution_breaks(path: tuple[str, ...], probabilities: Mapping[Any, Any])
     in_range = True
     for key, value in probabilities.items():
         number = finite_number(value)
-        if number is None or not 0.0 <= number <= 1.0:  # `unit_break`'s test; the words only for a break
+        if not _in_unit(number):  # `unit_break`'s test; the words written only for a break
             in_range = False
             yield _unit_broken(path + ("probabilities", str(key)), "probability-range", f"probability of {shown(key)}",
                                value, number)
