@@ -40,7 +40,7 @@ from pytest_laya.plugin.verify_mode import verify_route
 from pytest_laya.route.changes import CHANGED_SECTION, changed_answers, shown_path
 from pytest_laya.route.modes import RouteKind
 from pytest_laya.route.provenance import serving_now, set_recorded_provenance
-from pytest_laya.route.spec_check import SpecCheck
+from pytest_laya.route.spec_check import SpecCheck, replayed_spec
 from pytest_laya.wire.spec_name import SpecName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -377,7 +377,7 @@ def _replay_handle(run: LayaRun, path: Path) -> ServerHandle:
     except CassetteError:  # opening it reports the problem
         provenance = {}
     source = provenance.get("server") if isinstance(provenance.get("server"), str) else None
-    spec = run.spec_document or SpecName.document(provenance.get("spec")) or SpecName.AUTO
+    spec = replayed_spec(run.spec_document, provenance)
     return ServerHandle(url=run.url or REPLAY_URL, kind=ServerKind.REPLAY, spec=spec.value, recorded_from=source,
                         api_key=run.api_key)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_laya.wire.exchange import Exchange
     from pytest_laya.wire.health import Health
 
-__all__ = ["LISTED_VIOLATIONS", "RouteView", "RunTally", "SpecCheck", "answered_by_a_fault", "replay_verdicts"]
+__all__ = ["LISTED_VIOLATIONS", "RouteView", "RunTally", "SpecCheck", "answered_by_a_fault", "replay_verdicts", "replayed_spec"]
 
 #: The summary section listing violations that failed no test (report mode, laya_fake_server).
 LISTED_VIOLATIONS = "spec violations (listed, not failing)"
@@ -172,6 +172,13 @@ def _specs_key() -> bytes:
     return digest.digest()
 
 
+def replayed_spec(chosen: SpecName | None, provenance: Mapping[str, Any] | None) -> SpecName:
+    """The spec a replayed server is held to before any response says: `chosen` (``--laya-spec``),
+    else the one its cassette was recorded under (`provenance`: its ``metadata.pytest_laya``),
+    else AUTO (each response's own claim)."""
+    return chosen or SpecName.document((provenance or {}).get("spec")) or SpecName.AUTO
+
+
 def _derive_verdicts(claimed_only: bool, chosen: SpecName | None, head: Any, interactions: Any) -> Any:
     """The verdicts on each replayed exchange as it will be played to a request like the recorded
     one: both specs' for a run that shows the conformance table, else its claimed spec's alone, as
@@ -187,8 +194,8 @@ def _derive_verdicts(claimed_only: bool, chosen: SpecName | None, head: Any, int
         exchanges = [exchange_of(request, echo_ids(response, request)) for request, response in interactions]
         if not claimed_only:
             return plain_verdicts(exchanges)
-        fixed = chosen or SpecName.document((provenance_of(head) or {}).get("spec"))
-        return plain_verdicts(exchanges, [fixed.value if fixed else claimed_spec_of(e.headers, None).name
+        fixed = replayed_spec(chosen, provenance_of(head))
+        return plain_verdicts(exchanges, [fixed.value if fixed is not SpecName.AUTO else claimed_spec_of(e.headers, None).name
                                           for e in exchanges])
     except Exception:  # an exchange the check fails on: judged when it is played, where its error belongs
         return None
