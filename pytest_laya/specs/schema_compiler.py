@@ -30,7 +30,7 @@ from numbers import Number
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["compile_schema"]
+__all__ = ["compile_schema", "guarded"]
 
 Predicate = Callable[[Any], bool]
 # A discriminated oneOf/anyOf: (property, its value -> the candidate branches, the branches that pin nothing).
@@ -910,7 +910,11 @@ def compile_schema(
         return None
     except RecursionError:
         return None
+    return guarded(root)
 
+
+def guarded(root: Predicate) -> Predicate:
+    """`root` as the predicate callers get: True only for True, False for anything it raises."""
     def predicate(instance: Any) -> bool:
         try:
             return root(instance) is True

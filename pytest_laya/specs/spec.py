@@ -26,7 +26,7 @@ from urllib.parse import quote
 import yaml
 
 from pytest_laya.specs.bounded import LISTED, WORK_LIMIT, OverBudget, bounded_validator_class, budget
-from pytest_laya.specs.schema_compiler import compile_schema
+from pytest_laya.specs.schema_source import compiled_predicate
 from pytest_laya.wire import pointer as json_pointer
 from pytest_laya.wire.headers import lower_headers
 from pytest_laya.wire.json_text import loads_strict
@@ -555,7 +555,7 @@ class Spec:
 
     def _accepts(self, pointer: str, instance: Any) -> bool:
         if pointer not in self._predicates:
-            self._predicates[pointer] = compile_schema(self.document, pointer, format_checks=_FORMAT_CHECKS)
+            self._predicates[pointer] = compiled_predicate(self.document, pointer, format_checks=_FORMAT_CHECKS)
         predicate = self._predicates[pointer]
         return predicate is not None and predicate(instance)
 

@@ -20,8 +20,7 @@ from jsonschema import Draft202012Validator, validators
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from pytest_laya.specs import Spec
-from pytest_laya.specs.schema_compiler import compile_schema
+from pytest_laya.specs import Spec, schema_compiler, schema_source
 from pytest_laya.specs.spec import _format_checker
 from pytest_laya.wire.pointer import escape as _escape
 from tests.helpers.properties import example_count
@@ -69,6 +68,26 @@ def reference(document: Any, pointer: str) -> Draft202012Validator:
         if any(document is spec.document for spec in SPECS.values()):
             _SPEC_REGISTRIES[id(document)] = known
     return _JUDGE({"$ref": f"{URI}#{pointer}"}, registry=known[1], format_checker=_formats)
+
+
+def compile_schema(document: Any, pointer: str, **kwargs: Any):
+    """The accept path both ways, the compiler's closures and the source `schema_source` writes of
+    them, held to one answer (or one exception) on every instance a test asks about."""
+    closures = schema_compiler.compile_schema(document, pointer, **kwargs)
+    source = schema_source.compiled_predicate(document, pointer, **kwargs)
+    assert (closures is None) is (source is None), (document, pointer)
+    if closures is None or source is None:
+        return None
+    compiler = schema_compiler._Compiler(document, kwargs.get("format_checks") or {})
+    compiler.ref("#" + pointer)
+    assert schema_source.generated(compiler, pointer) is not None, "a compiled schema is written as source"
+
+    def both(instance: Any) -> bool:
+        answer = closures(instance)
+        assert source(instance) is answer, f"the written source says {not answer} on {instance!r}"
+        return answer
+
+    return both
 
 
 def pair(document: Any, pointer: str):
@@ -576,7 +595,9 @@ def test_discriminator_dispatch_is_equivalent_to_trying_every_branch():
     assert agree(plain, instances, document) == expected
 
 
-def test_discriminator_dispatch_runs_only_the_branches_the_value_names():
+@pytest.mark.parametrize("compile_one", [schema_compiler.compile_schema, schema_source.compiled_predicate],
+                         ids=["closures", "source"])
+def test_discriminator_dispatch_runs_only_the_branches_the_value_names(compile_one):
     # The module's promise: a discriminated oneOf/anyOf tries only the branches that pin the
     # instance's value (and those that pin nothing), however a branch pins it: directly, through
     # a $ref or an allOf, with the property's own $ref (two hops) or allOf. Each branch's
@@ -603,7 +624,7 @@ def test_discriminator_dispatch_runs_only_the_branches_the_value_names():
     for keyword in ("oneOf", "anyOf"):
         for branches, tried in ((unpinned + pinned, ["u", "n"]), (pinned, [])):
             document["s"] = {"discriminator": {"propertyName": "kind"}, keyword: branches}
-            compiled = compile_schema(document, "/s", format_checks=checks)
+            compiled = compile_one(document, "/s", format_checks=checks)
             assert compiled is not None
             expected = reference(document, "/s").is_valid  # jsonschema ignores the probe formats
             for value in "abcde":
