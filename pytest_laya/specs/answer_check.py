@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pytest_laya.wire import pointer as json_pointer
-from pytest_laya.wire.answer_rules import answer_breaks, asked_breaks
+from pytest_laya.wire.answer_rules import answer_breaks, answers_hold, asked_breaks
 from pytest_laya.wire.errors import LayaConfigError
 from pytest_laya.wire.questions import AskedQuestion, normalize_questions
 
@@ -77,6 +77,8 @@ def _answers_violations(base: str, raw_answers: Any, asked: Mapping[str, AskedQu
                         schema_faults: list[str]) -> Iterator[RuleViolation]:
     if not isinstance(raw_answers, Mapping) or any(base.startswith(f + "/") or f == base for f in schema_faults):
         return  # no answers object, or one the schema faults as a whole: its violations say so
+    if not schema_faults and answers_hold(raw_answers, asked):
+        return  # every rule kept: nothing to word
     breaks = list(asked_breaks(raw_answers, asked))
     for qid, question in asked.items():
         where = f"{base}/{json_pointer.escape(qid)}"

@@ -47,6 +47,7 @@ __all__ = [
     "TIE_TOLERANCE",
     "RuleBreak",
     "answers_breaks",
+    "answers_hold",
     "answer_breaks",
     "asked_breaks",
     "choice_breaks",
@@ -321,6 +322,64 @@ def answers_breaks(raw_answers: Any, asked: Mapping[str, AskedQuestion]) -> Iter
     for qid, question in asked.items():
         if qid in raw_answers:
             yield from answer_breaks(question, raw_answers[qid])
+
+
+def answers_hold(raw_answers: Any, asked: Mapping[str, AskedQuestion]) -> bool:
+    """Whether `answers_breaks` finds nothing, found without writing a break: the rules' accept
+    path, for the common answer that keeps them all (a False is worded by `answers_breaks`)."""
+    if not isinstance(raw_answers, Mapping) or len(raw_answers) != len(asked):
+        return False
+    for qid, question in asked.items():
+        raw = raw_answers.get(qid, _ABSENT)
+        if raw is _ABSENT or not _answer_holds(question, raw):
+            return False
+    return True
+
+
+_ABSENT: Any = object()
+
+
+def _answer_holds(asked: AskedQuestion, raw: Any) -> bool:
+    """Whether `answer_breaks(asked, raw)` finds nothing; each test is that function's, in its order."""
+    if type(raw) is not dict and not isinstance(raw, Mapping):
+        return False
+    kind = asked.type
+    if raw.get("type", kind) != kind:
+        return False
+    if "confidence" in raw:
+        if not _in_unit(finite_number(raw["confidence"])):
+            return False
+    elif kind != "noul":
+        return False
+    if kind == "noul":
+        return "noul" in raw and _in_unit(finite_number(raw["noul"]))
+    probabilities = raw.get("probabilities")
+    if type(probabilities) is not dict and not isinstance(probabilities, Mapping):
+        return False
+    offered = asked.option_keys
+    if len(probabilities) != len(offered) or not all(k in probabilities for k in offered):
+        return False
+    numbers: list[float] = []
+    for value in probabilities.values():
+        number = finite_number(value)
+        if number is None or not _in_unit(number):
+            return False
+        numbers.append(number)
+    if abs(math.fsum(numbers) - 1.0) > SUM_TOLERANCE:
+        return False
+    if kind == "choice":
+        key = raw.get("choice")
+        if type(key) is not str and (isinstance(key, bool) or finite_number(key) is not None):
+            spelled = option_key(key)
+            key = spelled if spelled in asked.label_keys else key
+        if not isinstance(key, (str, int, float)) or key not in probabilities:
+            return False
+        return max(numbers) - float(probabilities[key]) <= TIE_TOLERANCE
+    levels = {int(k): float(p) for k, p in probabilities.items()}
+    if expectation_break((), raw.get("score"), levels) is not None:
+        return False
+    legend = raw.get("legend")
+    return legend is None or next(_legend_breaks((), legend, len(levels)), None) is None
 
 
 def asked_breaks(raw_answers: Mapping[str, Any], asked: Mapping[str, AskedQuestion]) -> Iterator[RuleBreak]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_laya.wire.answer_rules import SUM_TOLERANCE, RuleBreak, answers_breaks, shown
+from pytest_laya.wire.answer_rules import SUM_TOLERANCE, RuleBreak, answers_breaks, answers_hold, shown
 from pytest_laya.wire.errors import LayaCallError
 from pytest_laya.wire.identity import ServedIdentity
 from pytest_laya.wire.questions import AskedQuestion, option_key
@@ -144,7 +144,8 @@ def _parse_one(asked: AskedQuestion, raw: Mapping[str, Any]) -> Answer:
 def parse_answers(raw_answers: Any, asked: Mapping[str, AskedQuestion]) -> dict[str, Answer]:
     """Typed answers in question order; raises `LayaCallError` (``bad_answer``) naming the first
     answer rule broken (`pytest_laya.wire.answer_rules`)."""
-    _first_break(answers_breaks(raw_answers, asked))
+    if not answers_hold(raw_answers, asked):
+        _first_break(answers_breaks(raw_answers, asked))
     return {qid: _parse_one(q, raw_answers[qid]) for qid, q in asked.items()}
 
 
