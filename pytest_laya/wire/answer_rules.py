@@ -353,6 +353,11 @@ def _answer_holds(asked: AskedQuestion, raw: Any) -> bool:
         return False
     if kind == "noul":
         return "noul" in raw and _in_unit(finite_number(raw["noul"]))
+    return _options_hold(asked, raw)
+
+
+def _options_hold(asked: AskedQuestion, raw: Mapping[str, Any]) -> bool:
+    """Whether `_option_breaks(asked, (), raw)` finds nothing."""
     probabilities = raw.get("probabilities")
     if type(probabilities) is not dict and not isinstance(probabilities, Mapping):
         return False
@@ -367,7 +372,7 @@ def _answer_holds(asked: AskedQuestion, raw: Any) -> bool:
         numbers.append(number)
     if abs(math.fsum(numbers) - 1.0) > SUM_TOLERANCE:
         return False
-    if kind == "choice":
+    if asked.type == "choice":
         key = raw.get("choice")
         if type(key) is not str and (isinstance(key, bool) or finite_number(key) is not None):
             spelled = option_key(key)
