@@ -105,8 +105,9 @@ class _CaseInsensitive(LoweredHeaders):
     headers, so the spec check reads them as they are (`wire.headers.lower_headers`)."""
 
     def __init__(self, items: Iterable[tuple[str, str]]) -> None:
-        super().__init__()
-        add_lowered(self, items)
+        lowered = LoweredHeaders()  # lowered in a plain one: this class's lookups lower their key again
+        add_lowered(lowered, items)
+        super().__init__(lowered)
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())
