@@ -66,16 +66,25 @@ class Headers(MutableMapping[str, Any]):
 
     @classmethod
     def of_httpx(cls, headers: Any) -> Headers:
-        """An ``httpx.Headers``' names (lower-case) and values (repeated ones joined with ", "), as vcrpy reads them."""
-        encoding = headers.encoding
-        store: dict[str, tuple[str, Any]] = {}
-        for raw_name, raw_value in headers.raw:
-            name, value = raw_name.decode(encoding).lower(), raw_value.decode(encoding)
-            old = store.get(name)
-            store[name] = (name, value if old is None else f"{old[1]}, {value}")
+        """An ``httpx.Headers``' names (lower-case) and values (repeated ones joined with ", "), as vcrpy reads them
+        (in the headers' own encoding: ASCII, as nearly all are, is read as such without asking)."""
+        raw = headers.raw
+        try:
+            store = _decoded_store(raw, "ascii")
+        except UnicodeDecodeError:
+            store = _decoded_store(raw, headers.encoding)
         made = cls.__new__(cls)
         made._store = store
         return made
+
+
+def _decoded_store(raw: Iterable[tuple[bytes, bytes]], encoding: str) -> dict[str, tuple[str, Any]]:
+    store: dict[str, tuple[str, Any]] = {}
+    for raw_name, raw_value in raw:
+        name, value = raw_name.decode(encoding).lower(), raw_value.decode(encoding)
+        old = store.get(name)
+        store[name] = (name, value if old is None else f"{old[1]}, {value}")
+    return store
 
 
 class _Items(ItemsView[str, Any]):

@@ -122,7 +122,7 @@ def _fingerprint(exchange: Exchange, lowered: LoweredHeaders | None = None) -> t
     lowered = lower_headers(exchange.headers) if lowered is None else lowered
     headers: dict[str, str] = lowered
     for name in _ECHOED:
-        value = lowered.get(name)
+        value = dict.get(lowered, name)  # by its lower-case name, whatever lookup a subclass adds
         if value is not None and _conforms(exchange.method, exchange.path, exchange.status, name, value):
             if headers is lowered:
                 headers = dict(lowered)  # lowered headers are read, never changed
