@@ -1,0 +1,45 @@
+"""How replay reads headers: a request's from httpx, a recorded response's from its cassette."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_laya.intercept.laya_route import _CaseInsensitive, _header_items
+from pytest_laya.intercept.request import Headers
+
+
+@pytest.mark.parametrize("raw", [
+    [(b"Content-Type", b"application/json"), (b"Accept", b"*/*")],
+    [(b"X-Name", "café".encode()), (b"A", b"b")],  # utf-8: httpx reads the headers as utf-8
+    [(b"X-Latin", b"\xff\xfe"), (b"B", b"c")],  # neither ascii nor utf-8: iso-8859-1
+    [(b"a", b"1"), (b"A", b"2"), (b"X-A", b"3")],  # a repeated name, its values joined
+], ids=["ascii", "utf-8", "latin-1", "repeated"])
+def test_a_requests_headers_are_read_in_the_encoding_httpx_gives_them(raw):
+    headers = httpx.Headers(raw)
+    encoding = httpx.Headers(raw).encoding
+    expected: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode(encoding).lower(), value.decode(encoding)
+        expected[key] = text if key not in expected else f"{expected[key]}, {text}"
+    read = Headers.of_httpx(headers)
+    assert dict(read.items()) == expected
+    assert read["CONTENT-TYPE" if "content-type" in expected else next(iter(expected))] is not None
+
+
+@pytest.mark.parametrize("recorded", [
+    {"content-length": ["591"], "Content-Type": ["application/json"], "server-timing": ["a;dur=0", "b;dur=1"]},
+    {"A": "x", "a": ["y", "z"], b"B": [b"q"], 3: [4, None]},  # a hand-edited cassette's odd names and values
+    {"Set-Cookie": ("a", "b")},
+    {},
+    None,
+], ids=["vcrpy", "odd", "tuple", "empty", "none"])
+def test_a_recorded_responses_headers_are_lowered_as_pairs_then_lowered_would_be(recorded: Any):
+    one_pass = _CaseInsensitive.of_recorded(recorded)
+    two_steps = _CaseInsensitive(_header_items(recorded))
+    assert type(one_pass) is _CaseInsensitive
+    assert list(one_pass.items()) == list(two_steps.items())
+    for name in two_steps:
+        assert one_pass[name.upper()] == two_steps[name] and name.title() in one_pass
