@@ -540,15 +540,10 @@ class _Compiler:
         `const`: for a dict instance holding `prop` with another value that branch must fail,
         so skipping it changes nothing. Branches that pin nothing stay candidates always.
         """
-        discriminator = schema.get("discriminator")
-        if not isinstance(discriminator, Mapping):
+        found = self.pins(schema, keyword)
+        if found is None:
             return None
-        prop = discriminator.get("propertyName")
-        if not isinstance(prop, str):
-            return None
-        pins = [self.pinned(s, prop, frozenset()) for s in _subschemas(schema[keyword])]
-        if all(p is _MISSING for p in pins):
-            return None
+        prop, pins = found
         unpinned = tuple(b for b, p in zip(branches, pins) if p is _MISSING)
         # Keep the branches' order within each candidate list.
         ordered = {
@@ -556,6 +551,18 @@ class _Compiler:
             for value in dict.fromkeys(p for p in pins if p is not _MISSING)
         }
         return prop, ordered, unpinned
+
+    def pins(self, schema: Mapping[str, Any], keyword: str) -> tuple[str, list[Any]] | None:
+        """(the discriminating property, what each branch of `keyword` pins it to or _MISSING);
+        None when there is no discriminator or no branch pins it."""
+        discriminator = schema.get("discriminator")
+        if not isinstance(discriminator, Mapping):
+            return None
+        prop = discriminator.get("propertyName")
+        if not isinstance(prop, str):
+            return None
+        pins = [self.pinned(s, prop, frozenset()) for s in _subschemas(schema[keyword])]
+        return None if all(p is _MISSING for p in pins) else (prop, pins)
 
     def pinned(self, schema: Any, prop: str, seen: frozenset[str]) -> Any:
         """A string `prop` must equal in any dict holding `prop` that `schema` accepts, or _MISSING."""

@@ -328,7 +328,7 @@ class _Writer:
         name = self.fresh("m")
         self.functions.append(f"def {name}(x, candidates=None):\n    if candidates is None: candidates = {every}\n"
                               + "".join(f"    {line}\n" for line in lines))
-        dispatch = self.dispatch_table(schema, subschemas, names)
+        dispatch = self.dispatch_table(schema, keyword, names)
         if dispatch is None:
             return f"{name}({_V})"
         prop, table, unpinned = dispatch
@@ -339,18 +339,13 @@ class _Writer:
         self.functions.append(f"def {dispatched}(x):\n" + "".join(f"    {line}\n" for line in lines))
         return f"{dispatched}({_V})"
 
-    def dispatch_table(self, schema: Mapping[str, Any], subschemas: list[Any],
+    def dispatch_table(self, schema: Mapping[str, Any], keyword: str,
                        names: list[str]) -> tuple[str, str, str] | None:
         """`_Compiler.dispatch_table`: (the property's constant, the table's name, the unpinned branches' name)."""
-        discriminator = schema.get("discriminator")
-        if not isinstance(discriminator, Mapping):
+        found = self.compiler.pins(schema, keyword)
+        if found is None:
             return None
-        prop = discriminator.get("propertyName")
-        if not isinstance(prop, str):
-            return None
-        pins = [self.compiler.pinned(s, prop, frozenset()) for s in subschemas]
-        if all(p is sc._MISSING for p in pins):
-            return None
+        prop, pins = found
         unpinned, table = self.fresh("u"), self.fresh("t")
         self.tables.append(f"{unpinned} = ({''.join(n + ', ' for n, p in zip(names, pins) if p is sc._MISSING)})")
         entries = []
