@@ -90,7 +90,7 @@ def _answered(draw: st.DrawFn) -> tuple[Any, dict[str, Any]]:
     return (answers if draw(st.integers(0, 20)) else draw(_VALUES)), asked
 
 
-@settings(max_examples=example_count(600), deadline=None)
+@settings(max_examples=example_count(300), deadline=None)
 @given(_answered())
 def test_answers_hold_exactly_when_no_rule_breaks(answered):
     answers, asked = answered
