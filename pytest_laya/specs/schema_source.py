@@ -368,7 +368,11 @@ def generated(compiler: Any, pointer: str) -> Callable[[Any], bool] | None:
     source = "".join(writer.functions) + "".join(f"{t}\n" for t in writer.tables) + \
         f"def _root(x):\n    return {_over(root, 'x')}\n"
     namespace = dict(writer.names)
-    exec(compile(source, f"<schema {pointer}>", "exec"), namespace)  # noqa: S102 - source written here
+    try:
+        code = compile(source, f"<schema {pointer}>", "exec")
+    except (SyntaxError, RecursionError, MemoryError):  # nested deeper than Python's parser takes
+        return None
+    exec(code, namespace)  # noqa: S102 - source written here
     return namespace["_root"]  # type: ignore[no-any-return]
 
 

@@ -720,6 +720,18 @@ def test_unsupported_keyword_reached_only_through_a_ref_is_still_none():
     assert compile_schema(document, "/s") is None
 
 
+def test_a_schema_nested_deeper_than_pythons_parser_takes_keeps_the_closures():
+    nested: Any = {"type": "integer", "minimum": 0}
+    for _ in range(150):
+        nested = {"not": {"not": nested}}
+    document = {"s": nested}
+    compiler = schema_compiler._Compiler(document, {})
+    compiler.ref("#/s")
+    assert schema_source.generated(compiler, "/s") is None  # its source would not compile
+    predicate = schema_source.compiled_predicate(document, "/s")
+    assert predicate is not None and [predicate(v) for v in (3, -1, "x")] == [True, False, False]
+
+
 def test_predicate_says_false_rather_than_raising():
     compiled = one({"multipleOf": 0})
     assert compiled is not None and compiled(3) is False
