@@ -82,8 +82,14 @@ TARGETS: dict[str, Target] = {
                "-k", "not (reference or laya_serve or end_to_end or api_key_every_check)"),
     ),
     "specs": Target(
-        modules=("pytest_laya/specs/schema_compiler.py", "pytest_laya/specs/spec.py"),
+        modules=("pytest_laya/specs/schema_compiler.py", "pytest_laya/specs/schema_source.py",
+                 "pytest_laya/specs/spec.py"),
         tests=("tests/specs",),
+    ),
+    # The answer rules, their words and their accept path (`answers_hold`).
+    "answer_rules": Target(
+        modules=("pytest_laya/wire/answer_rules.py",),
+        tests=("tests/wire", "tests/specs/test_specs_answer_rules.py", "tests/client/test_client_malformed_answers.py"),
     ),
     "cassettes": Target(
         modules=("pytest_laya/cassettes/matching.py", "pytest_laya/cassettes/scrub.py"),
