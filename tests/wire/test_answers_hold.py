@@ -48,7 +48,7 @@ def _edit(draw: st.DrawFn, answers: dict[str, Any], asked: dict[str, Any]) -> No
     keys = sorted(probabilities) if isinstance(probabilities, dict) else []
     if kind == "value":
         member = draw(st.sampled_from(["confidence", "noul", "score", "probabilities", "choice"]))
-        if member == "probabilities" and keys:
+        if member == "probabilities" and keys and draw(st.booleans()):
             probabilities[draw(st.sampled_from(keys))] = draw(_VALUES)
         else:
             answer[member] = draw(_VALUES)
@@ -74,7 +74,7 @@ def _edit(draw: st.DrawFn, answers: dict[str, Any], asked: dict[str, Any]) -> No
         answer["type"] = draw(st.sampled_from(["choice", "score", "noul", "other", 1]))
     elif kind == "legend":
         answer["legend"] = draw(st.sampled_from([{}, {"0": "low"}, {"99": "x"}, {"01": "x"}, {"0": 1}, [], "x"]))
-    elif kind == "score" and asked[qid].type == "score" and keys:
+    elif kind == "score" and qid in asked and asked[qid].type == "score" and keys:
         mean = sum(int(k) * float(p) for k, p in probabilities.items()
                    if isinstance(p, (int, float)) and not isinstance(p, bool))
         answer["score"] = mean + draw(st.sampled_from([0.0, 0.01, 0.05, 0.5, -0.5]))
@@ -126,6 +126,8 @@ def test_each_kind_of_break_is_refused():
         ("team", "probabilities", {"a": 0.6 + 1.5 * SUM_TOLERANCE, "b": 0.4}),  # just over the sum's tolerance
         ("team", "probabilities", {"a": 0.5 - 2 * TIE_TOLERANCE, "b": 0.5 + 2 * TIE_TOLERANCE}),  # just past a tie
         ("map", "choice", 7),  # 7 is a label's own spelling only for a list label
+        ("team", "probabilities", None),  # answer-shape: no object of probabilities
+        ("team", "probabilities", [0.6, 0.4]),
     ]
     for qid, member, value in edits:
         edited = copy.deepcopy(good)
