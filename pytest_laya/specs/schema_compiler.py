@@ -30,7 +30,7 @@ from numbers import Number
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["compile_schema", "guarded"]
+__all__ = ["compile_schema", "compiled", "guarded"]
 
 Predicate = Callable[[Any], bool]
 # A discriminated oneOf/anyOf: (property, its value -> the candidate branches, the branches that pin nothing).
@@ -910,14 +910,19 @@ def compile_schema(
     returns False, never raises, on instances jsonschema would choke on; the caller's
     jsonschema fallback then behaves as before.
     """
+    found = compiled(document, pointer, format_checks=format_checks)
+    return None if found is None else guarded(found[1])
+
+
+def compiled(document: Mapping[str, Any], pointer: str, *,
+             format_checks: Mapping[str, Callable[[Any], bool]] | None = None) -> tuple[_Compiler, Predicate] | None:
+    """The compiler that compiled the schema at `pointer`, and its unguarded root closure; None
+    when the schema is unsupported (`compile_schema`)."""
     compiler = _Compiler(document, format_checks or {})
     try:
-        root = compiler.ref("#" + pointer)
-    except _Unsupported:
+        return compiler, compiler.ref("#" + pointer)
+    except (_Unsupported, RecursionError):
         return None
-    except RecursionError:
-        return None
-    return guarded(root)
 
 
 def guarded(root: Predicate) -> Predicate:

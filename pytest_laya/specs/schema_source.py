@@ -56,6 +56,11 @@ def _over(expression: str, variable: str) -> str:
     return expression.replace(_V, variable)
 
 
+def _tuple(names: list[str]) -> str:
+    """A tuple display of `names` (one name, or none, included)."""
+    return "(" + "".join(f"{name}, " for name in names) + ")"
+
+
 class _Writer:
     """Writes a compiled schema's functions; each method mirrors the `_Compiler` method of its name."""
 
@@ -90,6 +95,10 @@ class _Writer:
         """A keyword group left to the compiler's closure for it (None: the group checks nothing)."""
         return None if predicate is None else self.closure(predicate)
 
+    def define(self, name: str, lines: list[str], parameters: str = "x") -> None:
+        """A function `name` of `parameters` whose body is `lines`."""
+        self.functions.append(f"def {name}({parameters}):\n" + "".join(f"    {line}\n" for line in lines))
+
     def function(self, expression: str, prefix: str) -> str:
         """The name of a function returning `expression` of its argument (`_true`/`_false` for constants)."""
         if expression == _TRUE:
@@ -100,13 +109,13 @@ class _Writer:
         if called:  # already a function of its argument
             return called.group(1)
         name = self.fresh(prefix)
-        self.functions.append(f"def {name}(x):\n    return {_over(expression, 'x')}\n")
+        self.define(name, [f"return {_over(expression, 'x')}"])
         return name
 
     def statements(self, lines: list[str], prefix: str) -> str:
         """The name of a function of ``x`` running `lines`, then returning True."""
         name = self.fresh(prefix)
-        self.functions.append(f"def {name}(x):\n" + "".join(f"    {line}\n" for line in lines) + "    return True\n")
+        self.define(name, [*lines, "return True"])
         return name
 
     # -- references ----------------------------------------------------------------------
@@ -123,7 +132,7 @@ class _Writer:
         self.by_pointer[pointer] = name
         expression = self.schema(self.compiler.resolve(pointer))
         self.written[pointer] = expression
-        self.functions.append(f"def {name}(x):\n    return {_over(expression, 'x')}\n")
+        self.define(name, [f"return {_over(expression, 'x')}"])
         return expression if expression in (_TRUE, _FALSE) else f"{name}({_V})"
 
     # -- schemas ---------------------------------------------------------------------------
@@ -319,15 +328,14 @@ class _Writer:
             return _TRUE
         names = [self.function(b, "b") for b in branches]
         every = self.fresh("a")
-        self.tables.append(f"{every} = ({''.join(n + ', ' for n in names)})")
+        self.tables.append(f"{every} = {_tuple(names)}")
         if keyword == "anyOf":
             lines = ["for pred in candidates:", "    if pred(x): return True", "return False"]
         else:
             lines = ["found = False", "for pred in candidates:", "    if pred(x):",
                      "        if found: return False", "        found = True", "return found"]
         name = self.fresh("m")
-        self.functions.append(f"def {name}(x, candidates=None):\n    if candidates is None: candidates = {every}\n"
-                              + "".join(f"    {line}\n" for line in lines))
+        self.define(name, [f"if candidates is None: candidates = {every}", *lines], "x, candidates=None")
         dispatch = self.dispatch_table(schema, keyword, names)
         if dispatch is None:
             return f"{name}({_V})"
@@ -336,7 +344,7 @@ class _Writer:
                  f"        return {name}(x, {table}.get(value, {unpinned}) if isinstance(value, str) else {unpinned})",
                  f"return {name}(x)"]
         dispatched = self.fresh("d")
-        self.functions.append(f"def {dispatched}(x):\n" + "".join(f"    {line}\n" for line in lines))
+        self.define(dispatched, lines)
         return f"{dispatched}({_V})"
 
     def dispatch_table(self, schema: Mapping[str, Any], keyword: str,
@@ -347,11 +355,11 @@ class _Writer:
             return None
         prop, pins = found
         unpinned, table = self.fresh("u"), self.fresh("t")
-        self.tables.append(f"{unpinned} = ({''.join(n + ', ' for n, p in zip(names, pins) if p is sc._MISSING)})")
+        self.tables.append(f"{unpinned} = {_tuple([n for n, p in zip(names, pins) if p is sc._MISSING])}")
         entries = []
         for value in dict.fromkeys(p for p in pins if p is not sc._MISSING):
-            chosen = "".join(n + ", " for n, p in zip(names, pins) if p is sc._MISSING or p == value)
-            entries.append(f"{self.constant(value)}: ({chosen})")
+            chosen = _tuple([n for n, p in zip(names, pins) if p is sc._MISSING or p == value])
+            entries.append(f"{self.constant(value)}: {chosen}")
         self.tables.append(f"{table} = {{{', '.join(entries)}}}")
         return self.constant(prop), table, unpinned
 
@@ -380,10 +388,9 @@ def compiled_predicate(document: Mapping[str, Any], pointer: str, *,
                        format_checks: Mapping[str, Callable[[Any], bool]] | None = None) -> Callable[[Any], bool] | None:
     """`schema_compiler.compile_schema`'s predicate, as generated functions where they can be
     written (else its closures); None when the schema cannot be compiled at all."""
-    compiler = sc._Compiler(document, format_checks or {})
-    try:
-        compiler.ref("#" + pointer)
-    except (sc._Unsupported, RecursionError):
+    found = sc.compiled(document, pointer, format_checks=format_checks)
+    if found is None:
         return None
-    root = generated(compiler, pointer)
-    return sc.compile_schema(document, pointer, format_checks=format_checks) if root is None else sc.guarded(root)
+    compiler, closures = found
+    written = generated(compiler, pointer)
+    return sc.guarded(closures if written is None else written)

@@ -73,12 +73,12 @@ def reference(document: Any, pointer: str) -> Draft202012Validator:
 def compile_schema(document: Any, pointer: str, **kwargs: Any):
     """The accept path both ways, the compiler's closures and the source `schema_source` writes of
     them, held to one answer (or one exception) on every instance a test asks about."""
-    closures = schema_compiler.compile_schema(document, pointer, **kwargs)
-    if closures is None:
+    found = schema_compiler.compiled(document, pointer, **kwargs)
+    if found is None:
         assert schema_source.compiled_predicate(document, pointer, **kwargs) is None, (document, pointer)
         return None
-    compiler = schema_compiler._Compiler(document, kwargs.get("format_checks") or {})
-    compiler.ref("#" + pointer)
+    compiler, root = found
+    closures = schema_compiler.guarded(root)
     written = schema_source.generated(compiler, pointer)
     assert written is not None, "a schema the compiler compiles is written as source"
     source = schema_compiler.guarded(written)  # as `compiled_predicate` gives it
