@@ -158,14 +158,14 @@ def distribution_breaks(path: tuple[str, ...], probabilities: Mapping[Any, Any])
                                value, number)
     if in_range:
         total = math.fsum(float(p) for p in probabilities.values())
-        if abs(total - 1.0) > SUM_TOLERANCE:
+        if not _sums_to_one(total):
             yield RuleBreak(path + ("probabilities",), "probabilities-sum", f"a sum of 1 within {SUM_TOLERANCE}",
                             f"{total:.4f}", f"probabilities sum to {total:.4f}, not 1 within {SUM_TOLERANCE}")
 
 
 def choice_breaks(path: tuple[str, ...], key: Any, probabilities: Mapping[Any, Any]) -> Iterator[RuleBreak]:
     """``choice-offered`` and ``choice-most-probable`` for a chosen `key` among valid `probabilities`."""
-    if not isinstance(key, (str, int, float)) or key not in probabilities:
+    if not _offered(key, probabilities):
         yield offered_break(path, key, list(probabilities))
         return
     found = most_probable_break(path + ("choice",), "choice-most-probable", "choice", "option", key, probabilities)
@@ -283,13 +283,7 @@ def _option_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str
     if broken:
         return
     if asked.type == "choice":
-        key = raw.get("choice")
-        if type(key) is not str and (isinstance(key, bool) or finite_number(key) is not None):
-            # laya answers a number or boolean list label with the label itself (7, true) while
-            # keying its probabilities "7" and "true"; accepted for those labels only.
-            spelled = option_key(key)
-            key = spelled if spelled in asked.label_keys else key
-        yield from choice_breaks(path, key, probabilities)
+        yield from choice_breaks(path, _chosen_key(asked, raw), probabilities)
         return
     levels = {int(k): float(p) for k, p in probabilities.items()}
     expectation = expectation_break(path + ("score",), raw.get("score"), levels)
@@ -298,6 +292,27 @@ def _option_breaks(asked: AskedQuestion, path: tuple[str, ...], raw: Mapping[str
     legend = raw.get("legend")
     if legend is not None:
         yield from _legend_breaks(path + ("legend",), legend, len(levels))
+
+
+def _chosen_key(asked: AskedQuestion, raw: Mapping[str, Any]) -> Any:
+    """A choice answer's ``choice`` as the key its probabilities use: laya answers a number or
+    boolean list label with the label itself (7, true) while keying its probabilities "7" and
+    "true"; accepted for those labels only."""
+    key = raw.get("choice")
+    if type(key) is not str and (isinstance(key, bool) or finite_number(key) is not None):
+        spelled = option_key(key)
+        key = spelled if spelled in asked.label_keys else key
+    return key
+
+
+def _offered(key: Any, probabilities: Mapping[Any, Any]) -> bool:
+    """``choice-offered``'s test: `key` names an option of `probabilities`."""
+    return isinstance(key, (str, int, float)) and key in probabilities
+
+
+def _sums_to_one(total: float) -> bool:
+    """``probabilities-sum``'s test of a distribution's `total`."""
+    return abs(total - 1.0) <= SUM_TOLERANCE
 
 
 def _legend_breaks(path: tuple[str, ...], legend: Any, levels: int) -> Iterator[RuleBreak]:
@@ -361,8 +376,7 @@ def _options_hold(asked: AskedQuestion, raw: Mapping[str, Any]) -> bool:
     probabilities = raw.get("probabilities")
     if type(probabilities) is not dict and not isinstance(probabilities, Mapping):
         return False
-    offered = asked.option_keys
-    if len(probabilities) != len(offered) or not all(k in probabilities for k in offered):
+    if _coverage_break((), probabilities, asked.option_keys) is not None:
         return False
     numbers: list[float] = []
     for value in probabilities.values():
@@ -370,16 +384,12 @@ def _options_hold(asked: AskedQuestion, raw: Mapping[str, Any]) -> bool:
         if number is None or not _in_unit(number):
             return False
         numbers.append(number)
-    if abs(math.fsum(numbers) - 1.0) > SUM_TOLERANCE:
+    if not _sums_to_one(math.fsum(numbers)):
         return False
     if asked.type == "choice":
-        key = raw.get("choice")
-        if type(key) is not str and (isinstance(key, bool) or finite_number(key) is not None):
-            spelled = option_key(key)
-            key = spelled if spelled in asked.label_keys else key
-        if not isinstance(key, (str, int, float)) or key not in probabilities:
-            return False
-        return max(numbers) - float(probabilities[key]) <= TIE_TOLERANCE
+        key = _chosen_key(asked, raw)
+        return _offered(key, probabilities) and most_probable_break(
+            (), "choice-most-probable", "choice", "option", key, probabilities) is None
     levels = {int(k): float(p) for k, p in probabilities.items()}
     if expectation_break((), raw.get("score"), levels) is not None:
         return False
