@@ -70,7 +70,7 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, _CaseInsensitive, by
     body = (response.get("body") or {}).get("string")
     if isinstance(body, str):
         body = body.encode("utf-8")
-    return (int((response.get("status") or {}).get("code") or 0), _CaseInsensitive.of_recorded(response.get("headers")),
+    return (int((response.get("status") or {}).get("code") or 0), _CaseInsensitive(_header_items(response.get("headers"))),
             body or b"")
 
 
@@ -108,20 +108,6 @@ class _CaseInsensitive(LoweredHeaders):
         lowered = LoweredHeaders()  # lowered in a plain one: this class's lookups lower their key again
         add_lowered(lowered, items)
         super().__init__(lowered)
-
-    @classmethod
-    def of_recorded(cls, headers: Any) -> _CaseInsensitive:
-        """A recorded response's headers (vcrpy's name -> values), as `_header_items` and
-        `add_lowered` read them, in one pass."""
-        lowered: dict[str, str] = {}
-        for name, values in (headers or {}).items():
-            key = str(name).lower()
-            for value in values if isinstance(values, (list, tuple)) else [values]:
-                text = str(value)
-                lowered[key] = text if key not in lowered else lowered[key] + ", " + text
-        made = cls.__new__(cls)
-        dict.update(made, lowered)
-        return made
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())
