@@ -17,6 +17,12 @@ support message (the same ``i``-th request in every suite), so each test has its
 - ``mock_httpx``: the service called through a module-level
   ``httpx.Client(transport=httpx.MockTransport(...))`` answering the recorded bytes;
 - ``mock_kit``: a module-level ``ServedLayaClient`` on such a MockTransport.
+- ``floor_own`` and ``floor_kit``: the floor of a validated replay, as a suite. Each test reads its
+  own cassette (the ``laya_own`` or ``laya_client`` suite's file for the same test) as replay reads
+  a file (the direct reader, then ``replay._load``); a MockTransport answers each request with the
+  interaction its bytes match, its ids echoed, after the plugin's spec check of that exchange
+  (``Conformance.check``, its claimed spec). Only the plugin's plumbing is missing: finding the
+  route, the exchange's and the call's bookkeeping, the cassette's play counts.
 
 Per decision: the two pytest-laya suites and the two MockTransport suites again, each test making
 ``--decisions`` (default 30) decisions instead of one (its cassette holds that many). What one more
@@ -24,6 +30,11 @@ decision costs is ``(median(suite with D decisions) - median(suite with 1)) / (t
 per-test costs (fixtures, opening the cassette) cancel out, what is left is the request, its
 replay, and its validation. ``laya_own`` is compared with ``mock_httpx``, ``laya_client`` with
 ``mock_kit`` (the same client on both sides).
+
+A floor's parts also cost something measured in this process, in a hot loop (`decision_parts`);
+in the suite the same reading and check cost about twice as much (other code runs between two
+decisions), so each uncached suite is also compared with its floor measured as a suite, round by
+round.
 
 Both the pytest-laya and the pytest-recording suites are recorded once, from the fake Laya server
 (``pytest_laya.fake.FakeLayaServer``) on loopback, so both replay the very same requests and
@@ -51,6 +62,8 @@ Goals (issue 18, section 1), each a ratio within one run:
   suites);
 - per decision, <= 2x the MockTransport floor (``laya_own`` against ``mock_httpx``, ``laya_client``
   against ``mock_kit``);
+  where the reading and the check alone cost more than that (the floor suites), within 10% of the
+  floor suite;
 - memory: the current RSS (``/proc/self/statm``) after 1,000 replayed tests (``--rss-tests``) at
   most 50 MB above the RSS after 10, measured inside the pytest process by a conftest hook
   (pytest-recording measured alike, for comparison).
@@ -96,11 +109,14 @@ TARGET_VS_MOCK = 2.0
 TARGET_RSS_GROWTH_MB = 50.0
 PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first",
             "laya_client@warm")
-PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first", "laya_client@warm")
-ROUND_ORDER = ("empty", "recording", "laya_own", "mock_httpx", "laya_own@warm", "laya_own@first", "mock_kit",
+PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "floor_own", "floor_kit", "laya_own@warm",
+                "laya_own@first", "laya_client@warm")
+ROUND_ORDER = ("empty", "recording", "laya_own", "mock_httpx", "floor_own", "laya_own@warm", "laya_own@first", "mock_kit", "floor_kit",
                "laya_client", "laya_client@warm")
 PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit", "laya_own@warm": "mock_httpx",
          "laya_own@first": "mock_httpx", "laya_client@warm": "mock_kit"}
+#: Each uncached pytest-laya suite, with the suite that does only what its replay must (its floor, in the suite).
+FLOOR_SUITES = {"laya_own": "floor_own", "laya_client": "floor_kit"}
 LABELS = {
     "empty": "empty tests (floor)",
     "recording": "pytest-recording, module-level httpx.Client",
@@ -108,6 +124,8 @@ LABELS = {
     "laya_client": "pytest-laya, laya_client (validated)",
     "mock_httpx": "MockTransport, module-level httpx.Client",
     "mock_kit": "MockTransport, module-level ServedLayaClient",
+    "floor_own": "MockTransport answering from the cassette, read and checked by the kit (the floor), httpx.Client",
+    "floor_kit": "MockTransport answering from the cassette, read and checked by the kit (the floor), ServedLayaClient",
     "laya_own@warm": "pytest-laya, own httpx.Client on laya_url (validated), derived cache read (a later run)",
     "laya_own@first": "pytest-laya, own httpx.Client on laya_url (validated), derived cache written (a first run)",
     "laya_client@warm": "pytest-laya, laya_client (validated), derived cache read (a later run)",
@@ -205,6 +223,52 @@ BODY = @BODY@
 HEADERS = @HEADERS@
 TRANSPORT = httpx.MockTransport(lambda request: httpx.Response(200, headers=HEADERS, content=BODY))
 '''
+# The least a validated replay does, with none of the plugin's plumbing: each test reads its own
+# cassette (the laya suite's file for the same test) as replay reads a file (the direct reader,
+# then ``replay._load``: request ids, filters, scrubbing, the index); a MockTransport answers each
+# request with the interaction its bytes match, its ids echoed (``echo_ids``), after the plugin's
+# spec check of that exchange against its claimed spec (``Conformance.check``, as a run showing no
+# table checks).
+FLOOR = '''from pathlib import Path
+
+import httpx
+
+from pytest_laya.cassettes import direct_reader
+from pytest_laya.cassettes.config import CassetteConfig
+from pytest_laya.cassettes.replay import _load
+from pytest_laya.cassettes.request_ids import echo_ids
+from pytest_laya.intercept.laya_route import exchange_of
+from pytest_laya.intercept.request import Request
+from pytest_laya.specs.conformance import Conformance
+
+FOLDER = Path(__file__).parent / "cassettes" / "@CASSETTES@"
+CONFIG = CassetteConfig()
+TALLY = Conformance(claimed_only=True)
+LOADED = []
+
+
+def answer(request):
+    loaded = LOADED[0]
+    body = request.read()
+    recorded, response = loaded.interactions[loaded.exact[(request.method, request.url.path, (), body)][0]]
+    response = echo_ids(response, request)
+    assert not TALLY.check(exchange_of(recorded, response), server="replay", claimed="target")
+    return httpx.Response(response["status"]["code"], content=response["body"]["string"],
+                          headers=[(name, value) for name, values in response["headers"].items() for value in values])
+
+
+TRANSPORT = httpx.MockTransport(answer)
+
+
+@pytest.fixture
+def cassette(request):
+    found = direct_reader.read((FOLDER / f"{request.node.name}.yaml").read_text(encoding="utf-8"), Request)
+    LOADED[:] = [_load(found.head, found.requests, found.responses, None, CONFIG)]
+    yield
+    LOADED.clear()
+
+
+'''
 TEMPLATES = {
     "empty": "import pytest\n\n\n" + LOOP.replace("@FIXTURE@", "") + "        pass\n",
     "recording": HEAD + f'''import os
@@ -227,7 +291,14 @@ def vcr_config():
     "mock_kit": HEAD + "from pytest_laya.client import ServedLayaClient\n\n" + MOCK
     + 'CLIENT = ServedLayaClient("http://laya.invalid", transport=TRANSPORT)\n\n\n' + LOOP.replace("@FIXTURE@", "")
     + CHECK_KIT.replace("@CLIENT@", "CLIENT"),
+    "floor_own": HEAD + FLOOR + "MOCK = httpx.Client(transport=TRANSPORT)\n\n\n" + LOOP.replace("@FIXTURE@", "cassette, ")
+    + CHECK_OWN.replace("@URL@", '"http://laya.invalid"').replace("@CLIENT@", ", client=MOCK"),
+    "floor_kit": HEAD + "from pytest_laya.client import ServedLayaClient\n" + FLOOR
+    + 'CLIENT = ServedLayaClient("http://laya.invalid", transport=TRANSPORT)\n\n\n' + LOOP.replace("@FIXTURE@", "cassette, ")
+    + CHECK_KIT.replace("@CLIENT@", "CLIENT"),
 }
+#: The laya suite whose cassettes each floor suite reads.
+FLOOR_READS = {"floor_own": "laya_own", "floor_kit": "laya_client"}
 
 
 def module_of(suite: str, decisions: int = 1, rss: bool = False) -> str:
@@ -239,6 +310,8 @@ def module_of(suite: str, decisions: int = 1, rss: bool = False) -> str:
 def write_suite(proj: Path, suite: str, n: int, decisions: int = 1, rss: bool = False,
                 canned: tuple[bytes, list[tuple[str, str]]] | None = None) -> None:
     text = TEMPLATES[suite].replace("@N@", str(n)).replace("@D@", str(decisions))
+    if suite in FLOOR_READS:
+        text = text.replace("@CASSETTES@", f"test_{module_of(FLOOR_READS[suite], decisions)}")
     if canned is not None:
         text = text.replace("@BODY@", repr(canned[0])).replace("@HEADERS@", repr(canned[1]))
     (proj / f"test_{module_of(suite, decisions, rss)}.py").write_text(text, encoding="utf-8")
@@ -313,7 +386,7 @@ class Project:
         first = self.proj / "cassettes" / "test_laya_own" / "test_decide[0].yaml"
         response = yamlserializer.deserialize(first.read_text(encoding="utf-8"))["interactions"][0]["response"]
         canned = (response["body"]["string"].encode("utf-8"), [(k, v) for k, vs in response["headers"].items() for v in vs])
-        for suite in ("mock_httpx", "mock_kit"):
+        for suite in ("mock_httpx", "mock_kit", "floor_own", "floor_kit"):
             write_suite(self.proj, suite, self.n, canned=canned)
             write_suite(self.proj, suite, self.n, self.decisions, canned=canned)
         self.cassette_bytes = len(first.read_bytes())
@@ -500,6 +573,22 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     }
 
 
+def suite_floors(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per decision, each uncached pytest-laya suite against its floor measured as a suite
+    (`FLOOR`: the same reading and check, none of the plugin's plumbing), within each round and
+    as the median of those ratios; and that floor against its MockTransport suite."""
+    d = res["per_decision_us"]
+    out = {}
+    for suite, floor in FLOOR_SUITES.items():
+        mock = PEERS[suite]
+        over_floor = [a / b if b > 0 else float("inf") for a, b in zip(d[suite]["loop_by_round"], d[floor]["loop_by_round"])]
+        floor_over_mock = [a / b if b > 0 else float("inf") for a, b in zip(d[floor]["loop_by_round"], d[mock]["loop_by_round"])]
+        out[suite] = {"floor": floor, "code_us": d[suite]["loop"], "floor_us": d[floor]["loop"], "mock_us": d[mock]["loop"],
+                      "code_over_floor_by_round": over_floor, "code_over_floor": statistics.median(over_floor),
+                      "floor_over_mock_by_round": floor_over_mock, "floor_over_mock": statistics.median(floor_over_mock)}
+    return out
+
+
 def floors(res: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per decision, the floor each pytest-laya own-client suite stands on, from parts measured in
     this run: httpx's own work (the MockTransport suite) + reading the interaction + its spec check
@@ -564,6 +653,13 @@ def verdicts(res: dict[str, Any]) -> list[str]:
         lines.append(f"per decision, {LABELS[suite]}: {row['code_us']:.0f} us over its floor {row['floor_us']:.0f} us "
                      f"({row['parts']}) = {row['code_over_floor']:.2f}x the floor; the floor is "
                      f"{row['floor_over_mock']:.2f}x MockTransport (within 10% of the floor: "
+                     f"{met(row['code_over_floor'] <= 1.1)})")
+    for suite, row in res.get("suite_floors", {}).items():
+        lines.append(f"per decision, {LABELS[suite]}: {row['code_us']:.0f} us against its floor measured as a suite "
+                     f"({LABELS[row['floor']]}) {row['floor_us']:.0f} us = {row['code_over_floor']:.2f}x the floor, the "
+                     f"median of the rounds' ratios ({', '.join(f'{x:.2f}' for x in row['code_over_floor_by_round'])}); "
+                     f"the floor is {row['floor_over_mock']:.2f}x MockTransport (rounds "
+                     f"{', '.join(f'{x:.2f}' for x in row['floor_over_mock_by_round'])}) (within 10% of the floor: "
                      f"{met(row['code_over_floor'] <= 1.1)})")
     rss = res.get("rss", {})
     for suite in RSS_SUITES:
@@ -658,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         res["ratios"] = ratios(res)
         res["decision_parts_us"] = decision_parts(project)
         res["floors"] = floors(res)
+        res["suite_floors"] = suite_floors(res)
         if not args.skip_rss:
             rss: dict[str, Any] = {"tests": args.rss_tests}
             for suite in RSS_SUITES:
