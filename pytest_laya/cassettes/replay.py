@@ -43,6 +43,7 @@ from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, forget_parse, interactions_of, read_cassette, take_direct
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
+from pytest_laya.intercept.request import Request
 from pytest_laya.wire.body import body_bytes, forget_view
 
 __all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
@@ -98,8 +99,6 @@ _CACHE_LOCK = threading.Lock()
 def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber, *, own: bool = False) -> Any:
     """vcrpy's filter of a request with the kit's filters: a copy (`own`: `request` itself, the
     caller's to change), None for an ignored host, scrubbed."""
-    from pytest_laya.intercept.request import Request
-
     copied = request if own else request.copy() if isinstance(request, Request) else Request(
         request.method, request.uri, request.body, list(request.headers.items()))
     if ignored and copied.host in ignored:
@@ -108,8 +107,6 @@ def _filtered(request: Any, ignored: frozenset[str], scrubber: Scrubber, *, own:
 
 
 def _fresh(path: Path, data: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
-    from pytest_laya.intercept.request import Request
-
     return interactions_of(path, data, Request)
 
 
@@ -350,7 +347,12 @@ class ReplayCassette:
     def _playable(self, request: Any) -> int | None:
         """The first unplayed match `_exact_matches` finds, or None."""
         found = self._exact_matches(request)
-        return next((i for i in found if not self.play_counts[i]), None) if found else None
+        if found:
+            counts = self.play_counts
+            for i in found:
+                if not counts[i]:
+                    return i
+        return None
 
     def laya_has_match(self, request: Any) -> bool:
         """Whether any recorded interaction matches `request` (played or not)."""

@@ -17,6 +17,7 @@ from pytest_laya.cassettes.json_splice import KEEP, JsonPath, splice_body
 from pytest_laya.cassettes.places import is_name, may_be_volatile, volatile_value
 from pytest_laya.client.secret import revealed
 from pytest_laya.wire.body import NOT_JSON, Body, body_bytes, body_of, set_body
+from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body, recorded_coding
 from pytest_laya.wire.pointer import escape as escape_pointer
 from pytest_laya.wire.redaction import REDACTED
 
@@ -398,8 +399,6 @@ def decoded_for_cassette(response: dict[str, Any], headers: dict[str, Any]) -> d
     A cassette stores what the client read, so replay needs no decoder; vcrpy's own decoding has
     no size bound, so a small compression bomb would grow to gigabytes while recording.
     """
-    from pytest_laya.wire.content_coding import BodyTooLarge, UndecodableBody, decode_body, recorded_coding
-
     encoding = recorded_coding(headers)
     if not encoding:
         return headers

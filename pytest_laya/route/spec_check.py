@@ -102,8 +102,6 @@ class SpecCheck:
 
     def claim(self, exchange: Exchange) -> tuple[str, str]:
         """(spec, why) for one exchange."""
-        from pytest_laya.servers.claimed_spec import claimed_spec_of
-
         server = self.route.server
         fixed = self._fixed
         if fixed is not None and fixed[0] is server:
@@ -112,13 +110,13 @@ class SpecCheck:
         if fixed_claim is not None:
             self._fixed = (server, fixed_claim)
             return fixed_claim
+        from pytest_laya.servers.claimed_spec import claimed_spec_of
+
         health = self.run.health_of(server) if not server.kind.replays else None
         claim = claimed_spec_of(exchange.headers, health)
         return claim.name, claim.of("the server")
 
     def __call__(self, exchange: Exchange) -> None:
-        from pytest_laya.specs.conformance import SPECS
-
         if self.run.progress is not None:
             self.run.progress.exchange(exchange)
         spec, why = self.claim(exchange)
@@ -130,6 +128,8 @@ class SpecCheck:
         asked = (spec, exchange.method, path, exchange.status)
         described = self._described.get(asked)
         if described is None:
+            from pytest_laya.specs.conformance import SPECS
+
             described = self._described[asked] = SPECS[spec]().describes(exchange.method, path, exchange.status)
         if not described:
             # A route the spec lacks, answered other than its 404 or 405 (a 200 from /metrics).

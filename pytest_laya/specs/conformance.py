@@ -168,13 +168,20 @@ def _judged_by(name: str, exchange: Exchange, headers: LoweredHeaders) -> Verdic
 
 
 def _remember(key: tuple[Any, ...], verdicts: tuple[Verdict, ...]) -> None:
-    _remember_all([(key, verdicts)])
+    _remember_all(((key, verdicts),))
 
 
-def _remember_all(pairs: list[tuple[tuple[Any, ...], tuple[Verdict, ...]]]) -> None:
+def _bodies_size(key: tuple[Any, ...]) -> int:
+    """The bytes of an exchange's bodies in its fingerprint (the request's, the response's)."""
+    body, request_body = key[4], key[5]
+    return (len(body) if isinstance(body, (bytes, str)) else 0) + \
+        (len(request_body) if isinstance(request_body, (bytes, str)) else 0)
+
+
+def _remember_all(pairs: Sequence[tuple[tuple[Any, ...], tuple[Verdict, ...]]]) -> None:
     with _VERDICTS_LOCK:
         for key, verdicts in pairs:
-            if sum(len(part) for part in key[4:] if isinstance(part, (bytes, str))) > _REMEMBERED_BYTES:
+            if _bodies_size(key) > _REMEMBERED_BYTES:
                 continue
             _VERDICTS[key] = verdicts
             _VERDICTS.move_to_end(key)

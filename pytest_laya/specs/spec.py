@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import yaml
 
+from pytest_laya.specs.answer_check import answer_violations
 from pytest_laya.specs.bounded import LISTED, WORK_LIMIT, OverBudget, bounded_validator_class, budget
 from pytest_laya.specs.schema_source import compiled_predicate
 from pytest_laya.wire import pointer as json_pointer
@@ -457,8 +458,6 @@ class Spec:
 
     def _rule_violations(self, op: Operation, status: int, body: Any, request_body: Any,
                          schema_faults: list[Violation]) -> Violations:
-        from pytest_laya.specs.answer_check import answer_violations
-
         faults = [v.where for v in schema_faults]
         key = (op.path, status, request_body, faults)
         remembered = _last_rules
