@@ -66,7 +66,7 @@ _DUR = re.compile(r"(?i)(;\s*dur\s*=\s*)(\"[^\"]*\"|[^;,\s]*)")
 
 #: The start of every stored request's URL.
 _STORED_PREFIX = RECORDED_ORIGIN + "/"
-#: The response headers whose stored values are fixed (`Scrubber._response_header`).
+#: The response headers a cassette stores with fixed values.
 _STORED_VALUES = {"x-request-id": [RECORDED_REQUEST_ID], "traceparent": [RECORDED_TRACEPARENT],
                   "x-inference-time-ms": ["0"]}
 
@@ -379,8 +379,10 @@ class Scrubber:
         coding; a body in bytes with no volatile place in it)."""
         headers = response.get("headers")
         body = response.get("body")
-        raw = body.get("string") if type(body) is dict else None
-        if type(headers) is not dict or (raw is not None and (type(raw) is not bytes or may_be_volatile(raw))):
+        if type(headers) is not dict or (body is not None and type(body) is not dict):
+            return False
+        raw = body.get("string") if body is not None else None
+        if raw is not None and (type(raw) is not bytes or may_be_volatile(raw)):
             return False
         for name, values in headers.items():
             if name not in RESPONSE_HEADERS or type(values) is not list:
@@ -433,12 +435,9 @@ class Scrubber:
     def _response_header(self, lower: str, values: Any, raw: bytes | None) -> list[str]:
         """A kept response header's values as a cassette stores them (volatile ones fixed)."""
         cleaned = [self.whole(str(v)) for v in (values if isinstance(values, list) else [values])]
-        if lower == "x-request-id":
-            return [RECORDED_REQUEST_ID]
-        if lower == "traceparent":
-            return [RECORDED_TRACEPARENT]
-        if lower == "x-inference-time-ms":
-            return ["0"]
+        stored = _STORED_VALUES.get(lower)
+        if stored is not None:
+            return list(stored)
         if lower == "server-timing":
             return [_DUR.sub(_zero_duration, v) for v in cleaned]
         if lower == "content-length" and raw is not None:

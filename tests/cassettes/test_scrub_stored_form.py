@@ -146,6 +146,7 @@ RESPONSE_EDGES = {
     "a body as text": lambda r: r["body"].update({"string": ANSWER.decode()}),
     "a volatile body": lambda r: r["body"].update({"string": VOLATILE}),
     "no headers": lambda r: r.pop("headers"),
+    "a body not a mapping": lambda r: r.update({"body": ANSWER}),
 }
 
 
