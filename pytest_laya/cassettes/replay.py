@@ -346,12 +346,9 @@ class ReplayCassette:
 
     def _playable(self, request: Any) -> int | None:
         """The first unplayed match `_exact_matches` finds, or None."""
-        found = self._exact_matches(request)
-        if found:
-            counts = self.play_counts
-            for i in found:
-                if not counts[i]:
-                    return i
+        for i in self._exact_matches(request) or ():
+            if not self.play_counts[i]:
+                return i
         return None
 
     def laya_has_match(self, request: Any) -> bool:
