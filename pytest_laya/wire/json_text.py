@@ -46,9 +46,13 @@ def loads_strict(text: str | bytes) -> Any:
     return _STRICT.decode(text)
 
 
+#: `json.dumps` with these options builds this encoder anew on every call; encoding keeps no state.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def canonical_json(value: Any) -> str:
     """`value` as canonical JSON: sorted keys, no spaces, non-ASCII as is (not ``\\u`` escapes).
 
     A value JSON cannot hold (a set, a date) is written as its `str`, so any value has a text.
     """
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return _CANONICAL.encode(value)
