@@ -101,12 +101,15 @@ def _swapper(swaps: dict[str, str]) -> Callable[[JsonPath, Any], Any]:
 
 def echo_ids(response: dict[str, Any], request: Any) -> dict[str, Any]:
     """The recorded response as this request gets it: its own X-Request-Id and trace id echoed."""
+    request_id = request.headers.get("x-request-id")
+    traceparent = request.headers.get("traceparent")
+    if not request_id and not traceparent:  # nothing of the request's to echo: the recorded response itself
+        return response
     headers = response.get("headers") or {}
     if not any(name.lower() in ("x-request-id", "traceparent") for name in headers):
         return response
-    request_id = request.headers.get("x-request-id")
-    trace = parse_traceparent(str(request.headers.get("traceparent") or ""))
-    if not request_id and not trace:  # nothing of the request's to echo: the recorded response itself
+    trace = parse_traceparent(str(traceparent or ""))
+    if not request_id and not trace:
         return response
     echoed: dict[str, list[str]] = {}
     for name, values in headers.items():

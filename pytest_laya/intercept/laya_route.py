@@ -234,8 +234,10 @@ class LayaRoute:
     def _observe(self, request: Any, exchange: Exchange) -> None:
         self.exchanges.append(exchange)
         if exchange.method == "POST" and exchange.path.split("?", 1)[0] in (DECIDE_PATH, BATCH_PATH):
-            with self._lock:
-                pending = self._pending.pop(id(request), None)
+            pending = None
+            if self._pending:  # calls sent to a server (record, capture); none in replay
+                with self._lock:
+                    pending = self._pending.pop(id(request), None)
             if pending is not None and pending[0] is request:
                 pending[1].answered(status=exchange.status, response_headers=list(exchange.headers.items()),
                                     response_content=exchange.body)
