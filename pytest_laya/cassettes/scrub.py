@@ -329,11 +329,20 @@ class Scrubber:
                 or not uri.isprintable() or type(request.body) is not bytes:
             return False
         for name, value in request.headers.items():
-            if type(value) is not str or name not in REQUEST_HEADERS or name == "authorization" \
-                    or (name == "x-request-id" and value != RECORDED_REQUEST_ID) \
-                    or (name == "traceparent" and value != RECORDED_TRACEPARENT):
+            if type(value) is not str or self._request_header(name, value) != value:
                 return False
         return True
+
+    def _request_header(self, lower: str, value: str) -> str | None:
+        """A kept request header's value as a cassette stores it (stored ids fixed); None for one it
+        does not keep here (Authorization is kept redacted, apart)."""
+        if lower not in REQUEST_HEADERS or lower == "authorization":
+            return None
+        if lower == "x-request-id":
+            value = RECORDED_REQUEST_ID
+        elif lower == "traceparent":
+            value = RECORDED_TRACEPARENT
+        return self.whole(value)
 
     def request(self, request: Any) -> Any:
         """vcrpy ``before_record_request``: `request` is already a copy."""
@@ -355,13 +364,9 @@ class Scrubber:
                 else:
                     headers.pop(lower, None)
                 continue
-            if lower not in REQUEST_HEADERS or lower == "authorization":
-                continue
-            if lower == "x-request-id":
-                value = RECORDED_REQUEST_ID
-            elif lower == "traceparent":
-                value = RECORDED_TRACEPARENT
-            headers[lower] = self.whole(value)
+            kept = self._request_header(lower, value)
+            if kept is not None:
+                headers[lower] = kept
         split = urlsplit(request.uri)
         view = self._post_data(body_of(request), headers.get("content-type", ""), request)
         path, query = self.target(split.path or "/", split.query, request)
@@ -375,7 +380,7 @@ class Scrubber:
 
     def _stored_response(self, response: dict[str, Any]) -> bool:
         """Whether `response` is as `response()` leaves it, when it only normalises: a cassette's own
-        response (kept headers only, in lower case, their volatile values as stored; no content
+        response (kept headers only, in lower case, each a list of its values as stored; no content
         coding; a body in bytes with no volatile place in it)."""
         headers = response.get("headers")
         body = response.get("body")
@@ -384,15 +389,8 @@ class Scrubber:
         raw = body.get("string") if body is not None else None
         if raw is not None and (type(raw) is not bytes or may_be_volatile(raw)):
             return False
-        for name, values in headers.items():
-            if name not in RESPONSE_HEADERS or type(values) is not list:
-                return False
-            for value in values:
-                if type(value) is not str or (name == "server-timing" and _DUR.sub(_zero_duration, value) != value):
-                    return False
-            stored = _STORED_VALUES.get(name)
-            if (stored is not None and values != stored) or \
-                    (name == "content-length" and raw is not None and values != [str(len(raw))]):
+        for name, values in headers.items():  # each kept header already as `_response_header` writes it
+            if name not in RESPONSE_HEADERS or self._response_header(name, values, raw) != values:
                 return False
         return True
 
