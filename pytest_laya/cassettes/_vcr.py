@@ -28,7 +28,8 @@ from pytest_laya.cassettes.handle import CassetteHandle, open_cassette, open_ses
 from pytest_laya.cassettes.matching import MATCH_ON, laya_body_matcher, match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, interactions_of
-from pytest_laya.cassettes.replay import FilteredOnce, check_playable, next_to_play, unplayed_of
+from pytest_laya.cassettes.play_rules import check_playable, next_to_play, unplayed_of
+from pytest_laya.cassettes.replay import FilteredOnce
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.switchboard import vcr_response_fixes

@@ -8,7 +8,7 @@ again costs a stat. Each test gets its own play counts over the shared, read-onl
 
 The cassette answers the switchboard's questions for any request with vcrpy's attributes (the
 kit's `intercept.request.Request` or vcrpy's own), with the very rules and messages of the vcrpy
-cassette in `_vcr` (`miss_error`, `already_played_error`, `unplayed_of` are shared by both).
+cassette in `_vcr` (`play_rules`, shared by both).
 A configuration with hooks of the project's (``before_record_request``/``response``, a callable
 replacement) is not cached and not served here: those hooks are handed vcrpy's objects.
 """
@@ -21,32 +21,25 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
 from pytest_laya.cassettes import derived
 from pytest_laya.cassettes.config import CassetteConfig
-from pytest_laya.cassettes.errors import CassetteAlreadyPlayed, CassetteError, CassetteMiss, CassetteMissing, Unplayed
+from pytest_laya.cassettes.errors import CassetteError, Unplayed
 from pytest_laya.cassettes.handle import CassetteHandle
 from pytest_laya.cassettes.head import head_of, read_head
-from pytest_laya.cassettes.matching import (
-    SHOW_DIFFS,
-    body_differences,
-    body_summary,
-    describe,
-    match_key,
-    request_body,
-)
+from pytest_laya.cassettes.matching import match_key
 from pytest_laya.cassettes.naming import CASSETTE_SUFFIX
 from pytest_laya.cassettes.persist import Persister, forget_parse, interactions_of, read_cassette, take_direct
+from pytest_laya.cassettes.play_rules import check_playable, next_to_play, unplayed_of
 from pytest_laya.cassettes.request_ids import echo_ids, without_request_ids
 from pytest_laya.cassettes.scrub import Scrubber
 from pytest_laya.intercept.request import Request
 from pytest_laya.wire.body import body_bytes, forget_view
 
-__all__ = ["ReplayCassette", "already_played_error", "miss_error", "native_config", "open_replay", "unplayed_of"]
+__all__ = ["FilteredOnce", "ReplayCassette", "native_config", "open_replay"]
 
 Interaction = tuple[Any, dict[str, Any]]
 
@@ -69,8 +62,6 @@ class _Loaded:
     learned: tuple[str, ...]  # secrets the scrubber learned from the file (for error messages)
     #: `index`'s lists again, by each recorded request's exact body bytes (`exact_key`).
     exact: dict[tuple[Any, ...], list[int]]
-    #: By interaction: what playing its recorded response works out once per process (`ReplayCassette.laya_play`).
-    shared: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def exact_key(request: Any) -> tuple[Any, ...]:
@@ -89,10 +80,11 @@ def _exact_index(interactions: Sequence[Interaction],
     return exact
 
 
-#: The files read last, by identity. Few: a file is read again mostly by its own test (a rerun,
-#: another handle on it), and every kept interaction is objects each full garbage collection walks.
+#: The files read last, by identity. Two: a file is read again mostly by its own test (a rerun,
+#: another handle on it, the tests that share it), and every kept interaction is objects the
+#: garbage collector walks (each file kept past its test, some 15 per interaction, at least twice).
 _CACHE: collections.OrderedDict[tuple[Any, ...], _Loaded] = collections.OrderedDict()
-_CACHE_MAX = 8
+_CACHE_MAX = 2
 _CACHE_LOCK = threading.Lock()
 
 
@@ -367,27 +359,30 @@ class ReplayCassette:
             return True
 
     def play_response(self, request: Any) -> Any:
-        return self.laya_play(request)[0]
+        """The recorded response `request` plays next, its own ids echoed; or the miss or
+        already-played error."""
+        taken = self.laya_take(request)
+        if taken is not None:
+            return taken
+        with self._lock:
+            filtered = self._filtered.taken(request)
+            index = next_to_play(self, filtered, self._matches(filtered))
+            self.play_counts[index] += 1
+        return self._played(index, request)
 
-    def laya_play(self, request: Any) -> tuple[Any, dict[str, Any] | None]:
-        """`play_response`, and a place to keep what is worked out from the played response for
-        every later play of it in this process (rewound, or through another handle on the file:
-        its interactions are shared): None when the response was made for this request (its own
-        ids echoed)."""
+    def laya_take(self, request: Any) -> Any:
+        """`play_response` when `request`'s exact bytes were recorded and are unplayed (one lookup,
+        one lock); else None, nothing played (`can_play_response_for` then words the error)."""
         with self._lock:
             index = self._playable(request)
             self._exact_last = None
             if index is None:
-                filtered = self._filtered.taken(request)
-                index = next_to_play(self, filtered, self._matches(filtered))
+                return None
             self.play_counts[index] += 1
-            recorded = self.data[index][1]
-        response = echo_ids(recorded, request)
-        if response is not recorded or self._loaded is None:
-            return response, None
-        shared = self._loaded.shared
-        found = shared.get(index)
-        return response, found if found is not None else shared.setdefault(index, {})
+        return self._played(index, request)
+
+    def _played(self, index: int, request: Any) -> Any:
+        return echo_ids(self.data[index][1], request)
 
     def laya_rewind(self, request: Any) -> None:
         """Make the interactions `request` matches playable again."""
@@ -401,99 +396,3 @@ class ReplayCassette:
     def laya_unplayed(self) -> list[Unplayed]:
         with self._lock:
             return unplayed_of(self.data, self.play_counts)
-
-
-class Playable(Protocol):
-    """What the play rule reads of a replayed cassette (the kit's own, and the vcrpy one)."""
-
-    @property
-    def data(self) -> Any: ...
-
-    @property
-    def play_counts(self) -> Any: ...
-
-    @property
-    def rewound(self) -> bool: ...
-
-    @property
-    def record_hint(self) -> str: ...
-
-    @property
-    def _laya_path(self) -> Path: ...
-
-
-def check_playable(cassette: Playable, filtered: Any, matches: list[int]) -> None:
-    """Raise why `filtered` cannot be played: no cassette, no match, or every match played already."""
-    if not cassette.rewound:
-        raise CassetteMissing(
-            f"no cassette for this test at {cassette._laya_path} (record it with {cassette.record_hint}); "
-            f"the test asked for {describe(filtered)}", path=cassette._laya_path)
-    next_to_play(cassette, filtered, matches)
-
-
-def next_to_play(cassette: Playable, filtered: Any, matches: list[int]) -> int:
-    """The first of `matches` not played yet, in recorded order; else the miss or already-played error."""
-    index = next((i for i in matches if not cassette.play_counts[i]), None)
-    if index is not None:
-        return index
-    # No match, or another thread played the last one between the check and the play.
-    if not matches:
-        raise miss_error(cassette.data, filtered, describe(filtered), cassette._laya_path, cassette.record_hint)
-    raise already_played_error(describe(filtered), matches, len(cassette.data), cassette._laya_path,
-                               cassette.record_hint)
-
-
-def unplayed_of(data: Sequence[Interaction], play_counts: Any) -> list[Unplayed]:
-    """The recorded interactions never played, as `Unplayed`."""
-    return [Unplayed(r.method, urlsplit(r.uri).path or "/", body_summary(body_bytes(r.body)))
-            for i, (r, _) in enumerate(data) if not play_counts[i]]
-
-
-def already_played_error(described: str, matches: list[int], total: int, path: Path,
-                         record_hint: str) -> CassetteAlreadyPlayed:
-    which = ", ".join(str(i + 1) for i in matches)
-    times = "once" if len(matches) == 1 else f"{len(matches)} times"
-    return CassetteAlreadyPlayed(
-        f"{described}: the matching interaction was already played (recorded {times}: interaction "
-        f"{which} of {total} in {path}); record the test again with "
-        f"{record_hint} if it makes this request twice", path=path, request=described)
-
-
-def _differences(filtered: Any, stored: Any) -> list[str]:
-    """Where `filtered` differs from `stored` in method, path and query (vcrpy's matchers)."""
-    differs: list[str] = []
-    if filtered.method != stored.method:
-        differs.append(f"method (recorded {stored.method}, now {filtered.method})")
-    if filtered.path != stored.path:
-        differs.append(f"path (recorded {urlsplit(stored.uri).path}, now {urlsplit(filtered.uri).path})")
-    if filtered.query != stored.query:
-        differs.append(f"query (recorded {urlsplit(stored.uri).query!r}, now {urlsplit(filtered.uri).query!r})")
-    return differs
-
-
-def miss_error(data: Sequence[Interaction], filtered: Any, described: str, path: Path, record_hint: str) -> CassetteMiss:
-    """The miss of `filtered` against `data`: the closest recorded request and how it differs."""
-    if not data:
-        return CassetteMiss(
-            f"no recorded interaction matches {described}; the cassette {path} has no "
-            f"interactions (the test made no request when it was recorded); record it again with "
-            f"{record_hint}", path=path, request=described, closest=None, differences=[])
-    now = request_body(filtered)
-    best: tuple[Any, ...] | None = None
-    for index, (stored, _) in enumerate(data):
-        differs = _differences(filtered, stored)
-        weight, body_diffs = body_differences(now, request_body(stored))
-        key = (len(differs), weight, index)
-        if best is None or key < best[0]:
-            best = (key, index, stored, differs + body_diffs)
-    assert best is not None
-    _, index, stored, differences = best
-    shown = differences[:SHOW_DIFFS]
-    more = f"; and {len(differences) - SHOW_DIFFS} more" if len(differences) > SHOW_DIFFS else ""
-    message = (
-        f"no recorded interaction matches {described} in cassette {path}; closest recorded request: "
-        f"{describe(stored)} (interaction {index + 1} of {len(data)}) differs in: "
-        + "; ".join(shown) + more
-        + f". If the request changed on purpose, record the test again with {record_hint}."
-    )
-    return CassetteMiss(message, path=path, request=described, closest=index, differences=differences)

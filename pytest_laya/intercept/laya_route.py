@@ -74,18 +74,9 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, _CaseInsensitive, by
             body or b"")
 
 
-def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0,
-                shared: dict[str, Any] | None = None) -> Exchange:
-    """The `Exchange` of one vcrpy request and response (as recorded or played).
-
-    `shared` keeps the response's part for every later play of the same recorded response
-    (`ReplayCassette.laya_play`): its exchanges share one read-only view of it."""
-    parts = shared.get("exchange") if shared is not None else None
-    if parts is None:
-        parts = _response_parts(response)
-        if shared is not None:
-            shared["exchange"] = parts
-    status, headers, body = parts
+def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0) -> Exchange:
+    """The `Exchange` of one vcrpy request and response (as recorded or played)."""
+    status, headers, body = _response_parts(response)
     split = urlsplit(request.uri)
     request_body = request.body if isinstance(request.body, bytes) or request.body is None else str(request.body).encode()
     return Exchange(
@@ -103,6 +94,8 @@ def exchange_of(request: Any, response: dict[str, Any], elapsed_s: float = 0.0,
 class _CaseInsensitive(LoweredHeaders):
     """Response headers as a mapping that answers any case (repeated headers joined with ", "): lowered
     headers, so the spec check reads them as they are (`wire.headers.lower_headers`)."""
+
+    __slots__ = ()
 
     def __init__(self, items: Iterable[tuple[str, str]]) -> None:
         lowered = LoweredHeaders()  # lowered in a plain one: this class's lookups lower their key again
@@ -193,14 +186,8 @@ class LayaRoute:
         return playable
 
     def play_response(self, request: Any) -> Any:
-        return self.laya_play(request)[0]
-
-    def laya_play(self, request: Any) -> tuple[Any, dict[str, Any] | None]:
-        """`play_response`, and what the cassette shares of the played response with every later
-        play of it (`ReplayCassette.laya_play`; None: nothing is shared)."""
-        play = getattr(self.cassette, "laya_play", None)
         try:
-            response, shared = play(request) if play is not None else (self.cassette.play_response(request), None)
+            response = self.cassette.play_response(request)
         except Exception as exc:
             fault = getattr(exc, "laya_fault", None)
             if fault:  # scripted by the test: the client gets it, the test goes on
@@ -208,8 +195,24 @@ class LayaRoute:
                 raise
             self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
-        self._observe(request, exchange_of(request, response, shared=shared))
-        return response, shared
+        self._observe(request, exchange_of(request, response))
+        return response
+
+    def laya_answer(self, request: Any) -> Any:
+        """`play_response` in one step when the cassette answers `request` at once (its exact bytes
+        recorded, not played yet: `ReplayCassette.laya_take`); else None, nothing played or kept
+        (then ask `can_play_response_for`, which says why not)."""
+        take = getattr(self.cassette, "laya_take", None)
+        if take is None:
+            return None
+        try:
+            played = take(request)
+        except Exception as exc:
+            self._unanswered(request, type(exc).__name__)
+            raise self._failed(exc) from None
+        if played is not None:
+            self._observe(request, exchange_of(request, played))
+        return played
 
     def append(self, request: Any, response: Any) -> None:
         with self._lock:

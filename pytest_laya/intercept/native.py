@@ -77,12 +77,15 @@ def _sync_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., Any
         board = _active()
         if board is None:
             return original(transport, request)
+        body = request.read()  # the body as bytes, its stream a ByteStream of them from now on
+        ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
+        played = _answered_at_once(board, ours_)
+        if played is not None:
+            return httpx_response(played, httpx=httpx)
         with transport_running(transport, False):
-            body = request.read()  # the body as bytes, its stream a ByteStream of them from now on
-            ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
-                return httpx_response(*_played(route, ours_), httpx=httpx)
+                return httpx_response(route.play_response(ours_), httpx=httpx)
             response = original(transport, request)
             if getattr(route, "check", None) is None:  # the network: as it came
                 return response
@@ -99,12 +102,15 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
         board = _active()
         if board is None:
             return await original(transport, request)
+        body = await request.aread()  # the body as bytes, its stream a ByteStream of them from now on
+        ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
+        played = _answered_at_once(board, ours_)
+        if played is not None:
+            return httpx_response(played, httpx=httpx)
         with transport_running(transport, False):
-            body = await request.aread()  # the body as bytes, its stream a ByteStream of them from now on
-            ours_ = Request(request.method, str(request.url), body, Headers.of_httpx(request.headers))
             route = board._route(ours_)
             if route.can_play_response_for(ours_):
-                return httpx_response(*_played(route, ours_), httpx=httpx)
+                return httpx_response(route.play_response(ours_), httpx=httpx)
             response = await original(transport, request)
             if getattr(route, "check", None) is None:
                 return response
@@ -116,17 +122,18 @@ def _async_handler(original: Callable[..., Any], httpx: Any) -> Callable[..., An
     return handle_async_request
 
 
-def _played(route: Any, request: Request) -> tuple[Any, dict[str, Any] | None]:
-    """The played response, with what is shared of it (`LayaRoute.laya_play`; another route shares nothing)."""
-    play = getattr(route, "laya_play", None)
-    return play(request) if play is not None else (route.play_response(request), None)
+def _answered_at_once(board: Any, request: Request) -> Any:
+    """The played response when a Laya route claims `request` and its cassette answers it at once
+    (`LayaRoute.laya_answer`): one lookup, and no note of the transport, which only the routes
+    that are not Laya's read (`answered_by_a_mock`). None: the request goes the full way."""
+    route = board.laya_route_of(request)
+    answer = getattr(route, "laya_answer", None)
+    return answer(request) if answer is not None else None
 
 
-def httpx_response(recorded: dict[str, Any], shared: dict[str, Any] | None = None, *, httpx: Any) -> Any:
+def httpx_response(recorded: dict[str, Any], *, httpx: Any) -> Any:
     """The ``httpx.Response`` of a recorded response (as vcrpy's httpx stub builds it), with
-    headers of its own. `shared` (`LayaRoute.laya_play`) is not read: most recorded responses are
-    played once per process, and an ``httpx.Headers`` kept for a later play is four more objects
-    per interaction for the garbage collector to walk while its file is kept."""
+    headers of its own."""
     if "status_code" in recorded:  # pragma: no cover - vcrpy's pre-8 httpx format: vcrpy reads it
         from vcr.stubs.httpx_stubs import _deserialize_response
 

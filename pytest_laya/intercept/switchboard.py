@@ -284,13 +284,20 @@ class Switchboard:
         self._last = (request, route)
         return route
 
-    def _decide(self, request: Any) -> Route:
+    def laya_route_of(self, request: Any) -> Any:
+        """The Laya route that claims `request`, tried before any other route; None if none does."""
         host = host_of(request.uri)
         if host not in self.ignored_hosts:
             for route in self.laya:
                 if route.claims(request, host):
-                    claimed: Route = route
-                    return claimed
+                    return route
+        return None
+
+    def _decide(self, request: Any) -> Route:
+        claimed: Route | None = self.laya_route_of(request)
+        if claimed is not None:
+            return claimed
+        host = host_of(request.uri)
         if self.outer is not None:
             return self.outer
         if answered_by_a_mock():
