@@ -149,7 +149,8 @@ class Call:
         self.error = error
         self.pinned = tuple(pinned)
         self._outcome = outcome
-        self._cache: dict[str, Any] = {} if response is _UNSET else {"response": response}
+        # What is parsed from the call on first use; made then (most calls are never read).
+        self._cache: dict[str, Any] | None = None if response is _UNSET else {"response": response}
 
     @property
     def outcome(self) -> str:
@@ -165,14 +166,16 @@ class Call:
         self._response_headers = response_headers
         self._response_content = response_content
         self._outcome = None
-        for name in ("response", "response_headers", "decision", "decisions"):
-            self._cache.pop(name, None)
+        self._cache = None
 
     def _cached(self, name: str, compute: Callable[[], _T]) -> _T:
+        cache = self._cache
+        if cache is None:
+            cache = self._cache = {}
         try:
-            return self._cache[name]  # type: ignore[no-any-return]
+            return cache[name]  # type: ignore[no-any-return]
         except KeyError:
-            value = self._cache[name] = compute()
+            value = cache[name] = compute()
             return value
 
     # -- the request

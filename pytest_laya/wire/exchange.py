@@ -8,7 +8,7 @@ from dataclasses import dataclass
 __all__ = ["Exchange"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a replay keeps one per decision, without a dict each
 class Exchange:
     """A response and the request it answered, for validators, recorders and summaries.
 
