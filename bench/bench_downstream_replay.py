@@ -108,13 +108,13 @@ TARGET_VS_RECORDING = 0.5
 TARGET_VS_MOCK = 2.0
 TARGET_RSS_GROWTH_MB = 50.0
 PER_TEST = ("empty", "recording", "laya_own", "laya_client", "mock_httpx", "mock_kit", "laya_own@warm", "laya_own@first",
-            "laya_client@warm")
+            "laya_own@second", "laya_client@warm")
 PER_DECISION = ("laya_own", "laya_client", "mock_httpx", "mock_kit", "floor_own", "floor_kit", "laya_own@warm",
-                "laya_own@first", "laya_client@warm")
-ROUND_ORDER = ("empty", "recording", "laya_own", "mock_httpx", "floor_own", "laya_own@warm", "laya_own@first", "mock_kit", "floor_kit",
-               "laya_client", "laya_client@warm")
+                "laya_own@first", "laya_own@second", "laya_client@warm")
+ROUND_ORDER = ("empty", "recording", "laya_own", "mock_httpx", "floor_own", "laya_own@warm", "laya_own@first",
+               "laya_own@second", "mock_kit", "floor_kit", "laya_client", "laya_client@warm")
 PEERS = {"laya_own": "mock_httpx", "laya_client": "mock_kit", "laya_own@warm": "mock_httpx",
-         "laya_own@first": "mock_httpx", "laya_client@warm": "mock_kit"}
+         "laya_own@first": "mock_httpx", "laya_own@second": "mock_httpx", "laya_client@warm": "mock_kit"}
 #: Each uncached pytest-laya suite, with the suite that does only what its replay must (its floor, in the suite).
 FLOOR_SUITES = {"laya_own": "floor_own", "laya_client": "floor_kit"}
 LABELS = {
@@ -127,7 +127,8 @@ LABELS = {
     "floor_own": "MockTransport answering from the cassette, read and checked by the kit (the floor), httpx.Client",
     "floor_kit": "MockTransport answering from the cassette, read and checked by the kit (the floor), ServedLayaClient",
     "laya_own@warm": "pytest-laya, own httpx.Client on laya_url (validated), derived cache read (a later run)",
-    "laya_own@first": "pytest-laya, own httpx.Client on laya_url (validated), derived cache written (a first run)",
+    "laya_own@first": "pytest-laya, own httpx.Client on laya_url (validated), an empty derived cache (a first run: files noted)",
+    "laya_own@second": "pytest-laya, own httpx.Client on laya_url (validated), derived cache written (a second run)",
     "laya_client@warm": "pytest-laya, laya_client (validated), derived cache read (a later run)",
 }
 #: The environment variable the pytest-recording suite reads its (recorded) Laya URL from.
@@ -401,15 +402,18 @@ class Project:
         test to the end (start-up and collection left out: they add noise, not per-test cost).
 
         A module named ``...@warm`` runs with pytest's cache in a folder of its own that every run of
-        it shares (the plugin's derived cache read back, after the warm-up run filled it); ``...@first``
-        with a cache folder emptied before each run (the run that fills it)."""
+        it shares (the plugin's derived cache read back, after the warm-up runs filled it); ``...@first``
+        with a cache folder emptied before each run (a one-off run: it notes its files); ``...@second``
+        the run after such a first one, untimed (the run that keeps the entries)."""
         module, _, cached = module.partition("@")
         cache_dir = None
         if cached:
             cache_dir = self.root / f"cache-{module}-{cached}"
-            if cached == "first":
+            if cached in ("first", "second"):
                 shutil.rmtree(cache_dir, ignore_errors=True)
         args, env = self.args(module)
+        if cached == "second":
+            pytest_run(self.proj, args, env, cache_dir=cache_dir)
         loop_file = self.root / "loop.txt"
         wall, cpu, done = pytest_run(self.proj, args, {**env, LOOP_ENV: str(loop_file)}, cache_dir=cache_dir)
         if f"{tests} passed" not in done.stdout:
@@ -454,6 +458,8 @@ def measure(project: Project, rounds: int) -> dict[str, Any]:
             modules.append(module_of(suite, project.decisions))
     for module in modules:  # warm-up: bytecode, page cache; also checks every suite passes
         project.run(module, project.n)
+        if module.endswith("@warm"):  # a file's entry is kept from its second run on
+            project.run(module, project.n)
     samples: dict[str, dict[str, list[float]]] = {m: {unit: [] for unit in UNITS} for m in modules}
     for _ in range(rounds):
         for module in modules:
@@ -494,8 +500,10 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
       file's bytes hashed, its parse, its scrubbed and indexed interactions and its spec verdicts
       read back), its memory caches emptied first as a new process has them;
     - ``check_warm``: the spec check of its exchange with its verdicts read back (``Conformance.check``);
-    - ``read_first``: reading it as the first run with a cache does (parsed, scrubbed, indexed,
-      both specs' verdicts worked out, all written to the cache).
+    - ``read_first``: reading it as a first run with an empty cache does (parsed, scrubbed,
+      indexed, the file noted for the next run);
+    - ``read_keep``: reading it as the run after that does (the same, its claimed spec's verdicts
+      worked out, all written to the cache).
     """
     from pytest_laya.cassettes import direct_reader
     from pytest_laya.cassettes.config import CassetteConfig
@@ -519,9 +527,11 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     n = len(exchanges)
     tally, alone = Conformance(), Conformance(claimed_only=True)
 
-    def best(work: Any) -> float:
+    def best(work: Any, before: Any = None) -> float:
         times = []
         for _ in range(repeats):
+            if before is not None:
+                before()
             started = time.process_time()
             work()
             times.append(time.process_time() - started)
@@ -542,21 +552,28 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
 
     cache_dir = project.root / "parts-cache"
 
-    def first() -> None:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+    extras = (replay_verdicts(claimed_only=True),)  # the suites show no table
+
+    def run_of(emptied: bool) -> None:  # a new process reading every file, the folder as earlier runs left it
+        derived.use(None)  # the run before ends: what it noted is kept in the folder
+        if emptied:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        derived.use(cache_dir, extras)
         new_process()
         for f in files:
             replay._loaded(f, None, config)
 
-    def warm() -> None:
-        new_process()
-        for f in files:
-            replay._loaded(f, None, config)
+    def keep() -> float:  # the run after a first one, timed alone
+        run_of(emptied=True)
+        return best(lambda: run_of(emptied=False), before=lambda: run_of(emptied=True))
 
-    before = derived.use(cache_dir, (replay_verdicts(claimed_only=True),))  # the suites show no table
+    before = derived.use(cache_dir, extras)
     try:
-        cached = {"read_first": best(first), "read_warm": best(warm)}
-        warm()
+        cached = {"read_first": best(lambda: run_of(emptied=True)), "read_keep": keep()}
+        run_of(emptied=True)
+        run_of(emptied=False)
+        cached["read_warm"] = best(lambda: run_of(emptied=False))
+        run_of(emptied=False)
         warm_tally = conformance.Conformance()
         cached["check_warm"] = best(lambda: [warm_tally.check(e, server="replay", claimed="target") for e in exchanges])
     finally:
@@ -593,10 +610,10 @@ def floors(res: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per decision, the floor each pytest-laya own-client suite stands on, from parts measured in
     this run: httpx's own work (the MockTransport suite) + reading the interaction + its spec check
     (its claimed spec: the suites show no conformance table), as that suite reads and checks (no
-    cache, a first run writing it, a later run reading it)."""
+    cache, a first run noting its files, the next writing the cache, a later run reading it)."""
     mock, parts = res["per_decision_us"]["mock_httpx"]["loop"], res["decision_parts_us"]
-    rows = {"laya_own": ("read", "check_claimed"), "laya_own@first": ("read_first", "check_warm"),
-            "laya_own@warm": ("read_warm", "check_warm")}
+    rows = {"laya_own": ("read", "check_claimed"), "laya_own@first": ("read_first", "check_claimed"),
+            "laya_own@second": ("read_keep", "check_warm"), "laya_own@warm": ("read_warm", "check_warm")}
     out = {}
     for suite, (read, check) in rows.items():
         floor = mock + parts[read] + parts[check]
@@ -710,7 +727,8 @@ def print_report(res: dict[str, Any]) -> None:
         print(f"parts of one decision, in process (CPU µs, best of 5 over {parts['decisions']} recorded decisions): "
               f"reading its interaction {parts['read']:.0f} (the text {parts['text']:.0f}); spec check, both specs "
               f"{parts['check_both']:.0f}, its claimed spec alone {parts['check_claimed']:.0f}; with the derived "
-              f"cache: reading it in a first run (written) {parts['read_first']:.0f}, in a later run (read back) "
+              f"cache: reading it in a first run (noted) {parts['read_first']:.0f}, in the next (written) "
+              f"{parts['read_keep']:.0f}, in a later run (read back) "
               f"{parts['read_warm']:.0f}, its spec check then {parts['check_warm']:.0f}")
         print()
     for line in res["verdicts"]:

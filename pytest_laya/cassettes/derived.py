@@ -9,13 +9,21 @@ of the file's bytes, the kit's code (the source of the modules that derive and j
 version or an edit in place counts) and the Python version; a variant's key is the scrubbing
 configuration and what layers above add (`Extra`: the specs' text, for their verdicts). An
 edited cassette or spec, another configuration or another kit never reads a stale entry. One
-file per cassette, read once and written once: creating a file is most of what a first run's
-cache costs.
+file per cassette, read once and written once: creating a file is most of what the cache costs.
 
-An entry is written to a temporary file and moved into place (``os.replace``): readers, and
-pytest-xdist workers writing the same entry, never see half of one (two workers adding different
-variants at once may keep one of them: the other is worked out again when next asked). An entry that cannot be read
-(cut off, corrupted, another format) is ignored and written again, never an error. Nothing is
+An entry is kept from a file's second run on: a run notes the files it read that have no entry
+(their digests, in one ``.seen`` file) and keeps entries only for those an earlier run noted. A
+one-off run, such as a CI job from a clean checkout, writes one small file and no entry; a file
+run again is read from the cache from its third run on. Runs that note files at once (pytest-xdist
+workers) may keep one run's notes: the others' files are noted again next time.
+
+A new entry (its path found missing) is created in place, exclusively; any other is written to a
+temporary file and moved into place (``os.replace``). A reader that meets an entry being created,
+or one cut off, finds its checksum wrong and ignores it, and pytest-xdist workers writing the
+same entry keep one (two workers adding different variants at once may keep one of them: the
+other is worked out again when next asked). An entry that cannot be read (cut off, corrupted,
+another format) is ignored and written again, never an error. A file no earlier run noted is not
+looked up at all. Nothing is
 stored that the cassette file does not hold already, and nothing of a file whose scrubbing learns a
 secret from it or that is read while an API key is set (`pytest_laya.cassettes.replay` decides).
 """
@@ -34,13 +42,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep", "note_head", "note_parsed",
-           "put", "use", "variant"]
+__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep", "note", "note_head", "note_parsed",
+           "noted", "put", "use", "variant"]
 
 _MAGIC = b"pytest-laya derived 2\n"
 _CHECK_BYTES = 16
 
 _folder: Path | None = None
+_SEEN = "seen"
+_NOTED_BYTES = 16  # of a file's SHA-256: a collision only keeps an entry a run early
+_SEEN_MAX = 20_000  # digests noted at most (the newest): a bigger suite's oldest notes are taken again
+_seen: set[bytes] = set()  # the files earlier runs noted (digest prefixes): the only ones with entries
+_seen_now: dict[bytes, None] = {}  # the files this run notes, in order
+_missing: set[Path] = set()  # entries a look-up found missing: created in place when written
+_made: set[Path] = set()  # folders known to exist
 _extras: tuple[Extra, ...] = ()
 _code_digest: bytes | None = None
 _lock = threading.Lock()
@@ -71,11 +86,30 @@ def use(folder: Path | None, extras: tuple[Extra, ...] = ()) -> tuple[Path | Non
     """Keep derived results under `folder` from now on (None: keep none), with `extras`; returns
     what was in use before (to give back to `use`)."""
     global _folder, _extras
+    _note_seen()
     with _lock:
         before = (_folder, _extras)
         _folder, _extras = folder, tuple(extras)
-        _entries.clear()  # read from the folder in use before
-        return before
+        for kept in (_entries, _seen, _seen_now, _missing, _made):  # of the folder in use before
+            kept.clear()
+    _seen.update(_noted())
+    return before
+
+
+def _noted() -> list[bytes]:
+    """The digests earlier runs noted in the folder (`_note_seen`)."""
+    noted = get(_SEEN)
+    return [d for d in noted if isinstance(d, bytes)] if isinstance(noted, tuple) else []
+
+
+def _note_seen() -> None:
+    """Add the files this run read without an entry to the folder's notes, the newest kept."""
+    if _folder is None or not _seen_now:
+        return
+    merged = dict.fromkeys(_noted())
+    merged.update(dict.fromkeys(_seen))
+    merged.update(_seen_now)
+    put(_SEEN, tuple(merged)[-_SEEN_MAX:])
 
 
 def directory() -> Path | None:
@@ -118,6 +152,9 @@ def get(kind: str, *parts: bytes) -> Any:
         return None
     try:
         blob = path.read_bytes()
+    except FileNotFoundError:
+        _missing.add(path)
+        return None
     except OSError:
         return None
     head = len(_MAGIC) + _CHECK_BYTES
@@ -143,18 +180,53 @@ def put(kind: str, value: Any, *parts: bytes) -> None:
         return
     blob = _MAGIC + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(blob)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        if not (path in _missing and _created(path, blob)):
+            _replaced(path, blob)
     except OSError:  # a read-only or full disk: the run goes on without the cache
         return
+    _missing.discard(path)
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _created(path: Path, blob: bytes) -> bool:
+    """Write a new entry at `path` in place; False, nothing written, if one is there already."""
+    try:
+        try:
+            fd = os.open(path, _CREATE, 0o600)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, _CREATE, 0o600)
+    except FileExistsError:
+        return False
+    _made.add(path.parent)
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as out:
+            view = memoryview(blob)
+            while view:
+                view = view[out.write(view):]
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return True
+
+
+def _replaced(path: Path, blob: bytes) -> None:
+    """Write `blob` to a temporary file beside `path`, then move it into place."""
+    if path.parent not in _made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _made.add(path.parent)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(blob)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _file_digest(raw: bytes) -> bytes:
@@ -180,10 +252,24 @@ def variant(digest: str, key: bytes) -> Any:
     return None if entry is None else entry["variants"].get(key)
 
 
+def noted(digest: str) -> bool:
+    """Whether an earlier run noted the file with `digest` (hex): only such a file has an entry, or gets one."""
+    return bytes.fromhex(digest)[:_NOTED_BYTES] in _seen
+
+
+def note(digest: str) -> None:
+    """Note that this run read the file with `digest` (hex) and could keep its entry: a later run keeps it."""
+    if _folder is not None:
+        _seen_now[bytes.fromhex(digest)[:_NOTED_BYTES]] = None
+
+
 def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
     """Keep `value` (built-in types only) as `key`'s variant of the file with `digest` (hex) and
-    `head`, beside the variants its entry holds already."""
+    `head`, beside the variants its entry holds already; a file no earlier run noted is noted instead."""
     if _folder is None:
+        return
+    if not noted(digest):
+        note(digest)
         return
     entry = _entry(digest)
     variants = dict(entry["variants"]) if entry is not None else {}
@@ -200,6 +286,8 @@ def _entry(digest: str) -> dict[str, Any] | None:
     with _lock:
         if digest in _entries:
             return _entries[digest]
+    if not noted(digest):  # kept by no run
+        return None
     read = get(_CASSETTE, bytes.fromhex(digest))
     entry: dict[str, Any] | None = read
     if not isinstance(read, dict) or not isinstance(read.get("head"), dict) \

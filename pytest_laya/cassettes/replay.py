@@ -139,7 +139,7 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     digest = derived.digest_of_parsed(head) if api_key is None else None
     extras = derived.extras()
     key = None
-    if digest is not None:
+    if digest is not None and derived.noted(digest):  # else no run kept an entry of these bytes
         key = _variant_key(config, extras)
         entry = derived.variant(digest, key)
         kept = _from_plain(head, entry)
@@ -159,7 +159,10 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
     forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
     digest = derived.digest_of_parsed(source) if api_key is None else None
     if digest is not None and not loaded.learned:
-        derived.keep(loaded.data, digest, key or _variant_key(config, extras), _plain(loaded, extras))
+        if derived.noted(digest):
+            derived.keep(loaded.data, digest, key or _variant_key(config, extras), _plain(loaded, extras))
+        else:  # its first run: an entry is kept from its next
+            derived.note(digest)
     return loaded
 
 

@@ -34,7 +34,9 @@ def cache(tmp_path: Path) -> Any:
 
 
 def load(path: Path, config: CassetteConfig | None = None, api_key: str | None = None) -> Any:
-    persist._PARSED.clear()  # another process, as far as memory goes
+    """`path` read by another run: what this one noted is in the folder, nothing of it in memory."""
+    another_process(derived.directory())
+    persist._PARSED.clear()
     persist._DIRECT.clear()
     replay._CACHE.clear()
     derived._entries.clear()
@@ -48,7 +50,9 @@ def entry_of(path: Path) -> Any:
 
 
 def kinds(folder: Path) -> list[str]:
-    return sorted(p.suffix for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".tmp"))
+    """The kinds of the entries in `folder` (the runs' notes of the files they read left out)."""
+    return sorted(p.suffix for p in folder.rglob("*")
+                  if p.is_file() and not p.name.startswith(".tmp") and p.suffix != ".seen")
 
 
 def test_a_value_comes_back_and_a_damaged_one_does_not(cache):
@@ -74,8 +78,9 @@ def test_a_second_read_is_the_first_ones_result(cache, tmp_path):
     folder, calls = cache
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
+    assert load(path) and kinds(folder) == []  # a file's first run notes it, and keeps nothing
     first = load(path)
-    assert kinds(folder) == [".cassette"]  # one file a cassette: its head and its interactions
+    assert kinds(folder) == [".cassette"]  # its second: one file a cassette, its head and its interactions
     second = load(path)
     assert [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in second.interactions] == \
         [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in first.interactions]
@@ -87,6 +92,7 @@ def test_another_configuration_or_extra_key_is_worked_out_again(cache, tmp_path)
     folder, calls = cache
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
+    load(path)  # noted
     load(path)
     filtered = CassetteConfig(filter_headers=(("x-inference-time-ms", None),))
     load(path, filtered)
@@ -138,10 +144,73 @@ def test_a_file_is_looked_up_in_the_folder_once_per_process(cache, tmp_path, mon
     shutil.copy(SHIPPED, path)
     looked: list[str] = []
     real = derived.get
-    monkeypatch.setattr(derived, "get", lambda kind, *parts: looked.append(kind) or real(kind, *parts))
+    monkeypatch.setattr(derived, "get", lambda kind, *parts: (kind == "cassette" and looked.append(kind)) or real(kind, *parts))
+    head._HEADS.clear()
+    load(path)  # its first run: noted, nothing looked up
+    assert looked == []
     head._HEADS.clear()
     load(path)
     assert looked == ["cassette"]
     head._HEADS.clear()
-    load(path)  # another process: reads the entry the first one kept, once
+    load(path)  # another process: reads the entry the second one kept, once
     assert looked == ["cassette", "cassette"]
+
+
+def another_process(folder: Path) -> None:
+    """The cache folder as a new process finds it (what this one wrote or found is not in memory)."""
+    derived.use(folder, derived.extras())
+
+
+def test_a_one_off_run_notes_its_files_and_the_next_creates_their_entries_whole(cache, tmp_path):
+    folder, _ = cache
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    load(path)
+    another_process(folder)
+    assert [p.suffix for p in folder.rglob("*") if p.is_file()] == [".seen"]  # one small file, no entry
+    assert entry_of(path) is None
+    load(path)
+    assert kinds(folder) == [".cassette"] and not list(folder.rglob(".tmp-*"))
+    another_process(folder)
+    assert entry_of(path) is not None
+
+
+def test_an_entry_cut_off_while_it_was_created_is_written_again_whole(cache, tmp_path):
+    folder, _ = cache
+    path = tmp_path / "score.yaml"
+    shutil.copy(SHIPPED, path)
+    load(path)
+    load(path)
+    (entry,) = folder.rglob("*.cassette")
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[: len(whole) // 2])  # a process stopped halfway through creating it
+    another_process(folder)
+    assert entry_of(path) is None
+    load(path)
+    assert entry.read_bytes() == whole
+    another_process(folder)
+    assert entry_of(path) is not None
+
+
+def test_the_notes_keep_the_newest_files_and_ignore_a_damaged_note_file(cache, monkeypatch):
+    folder, _ = cache
+    monkeypatch.setattr(derived, "_SEEN_MAX", 3)
+    for n in range(5):
+        derived.note(hashlib.sha256(b"%d" % n).hexdigest())
+    another_process(folder)
+    assert [derived.noted(hashlib.sha256(b"%d" % n).hexdigest()) for n in range(5)] == [False, False, True, True, True]
+    (notes,) = folder.rglob("*.seen")
+    notes.write_bytes(notes.read_bytes()[:-1])
+    another_process(folder)
+    assert not derived.noted(hashlib.sha256(b"4").hexdigest())
+
+
+def test_an_entry_another_process_created_first_is_replaced_by_a_whole_one(cache):
+    folder, _ = cache
+    assert derived.get("probe", b"key") is None  # missing: this process would create it
+    path = derived._path("probe", (b"key",))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"another process, halfway")
+    derived.put("probe", {"a": 1}, b"key")
+    another_process(folder)
+    assert derived.get("probe", b"key") == {"a": 1}

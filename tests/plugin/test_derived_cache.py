@@ -56,8 +56,9 @@ def replay(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def entries(pytester: pytest.Pytester) -> list[Path]:
+    """The derived entries the runs kept (their notes of the files they read left out)."""
     folder = pytester.path / ".pytest_cache" / "d" / "pytest-laya" / "derived"
-    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".seen") if folder.exists() else []
 
 
 @pytest.fixture
@@ -73,7 +74,9 @@ def conformance(result: pytest.RunResult) -> list[str]:
     return [line for line in result.outlines if "target" in line or "current" in line]
 
 
-def test_a_second_run_reads_the_parse_the_interactions_and_the_verdicts_from_the_cache(recorded):
+def test_a_one_off_run_keeps_nothing_a_second_keeps_the_entry_and_a_third_reads_it(recorded):
+    replay(recorded).assert_outcomes(passed=1)
+    assert entries(recorded) == []  # a CI job from a clean checkout writes no entry
     first = replay(recorded)
     first.assert_outcomes(passed=1)
     kinds = sorted(p.suffix for p in entries(recorded))
@@ -92,8 +95,10 @@ def test_a_quiet_run_keeps_the_claimed_specs_verdicts_and_a_run_showing_the_tabl
     log = recorded.path / "judged-by"
     log.touch()
     quiet = ("-p", "no:asyncio", *WITHOUT_UNUSED_PLUGINS)
+    recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)  # the file's first run: noted
+    log.write_text("")
     recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)
-    assert log.read_text().split() == [claimed]  # the first run, writing the cache: one spec, once
+    assert log.read_text().split() == [claimed]  # the run writing the cache: one spec, once
     (recorded.path / "no-parsing").touch()
     log.write_text("")
     recorded.runpytest_subprocess(*quiet).assert_outcomes(passed=1)  # its verdict read back
@@ -120,7 +125,8 @@ def test_an_edited_cassette_is_read_and_judged_again(recorded):
 def test_an_edited_cassette_fails_again_in_a_later_run_from_the_kept_verdicts(recorded):
     replay(recorded).assert_outcomes(passed=1)  # the unedited file's entries: stale once it is edited
     edit_answer(recorded.path.joinpath(*CASSETTE), choice="billing", probabilities={"billing": 0.8, "tech": 0.8})
-    replay(recorded).assert_outcomes(failed=1)
+    replay(recorded).assert_outcomes(failed=1)  # the edited file's first run: noted
+    replay(recorded).assert_outcomes(failed=1)  # its entry kept, with the verdict
     (recorded.path / "no-parsing").touch()
     result = replay(recorded)
     result.assert_outcomes(failed=1)
@@ -142,6 +148,7 @@ def test_the_kit_clients_decisions_each_with_its_own_ids_are_judged_from_the_kep
     pytester.makeconftest(CONFTEST)
     with FakeLayaServer() as fake:
         run(pytester, "--laya-record", "--laya-url", fake.url).assert_outcomes(passed=1)
+    replay(pytester).assert_outcomes(passed=1)  # noted
     first = replay(pytester)
     first.assert_outcomes(passed=1)
     (pytester.path / "no-parsing").touch()  # judging again would fail the run
@@ -153,7 +160,9 @@ def test_the_kit_clients_decisions_each_with_its_own_ids_are_judged_from_the_kep
 
 def test_a_corrupt_or_foreign_entry_is_ignored_and_written_again(recorded):
     replay(recorded).assert_outcomes(passed=1)
+    replay(recorded).assert_outcomes(passed=1)
     kept = entries(recorded)
+    assert kept
     for number, entry in enumerate(kept):
         entry.write_bytes(b"not an entry" if number % 2 else entry.read_bytes()[:-7])
     replay(recorded).assert_outcomes(passed=1)
@@ -162,11 +171,19 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_written_again(recorded):
     assert entries(recorded) == kept
 
 
+def kept_at_all(pytester: pytest.Pytester) -> list[Path]:
+    """Every file in the derived cache's folder, the runs' notes included."""
+    folder = pytester.path / ".pytest_cache" / "d" / "pytest-laya" / "derived"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
 def test_without_the_cache_provider_nothing_is_kept(recorded):
-    replay(recorded, "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    assert entries(recorded) == []
+    for _ in range(2):
+        replay(recorded, "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert kept_at_all(recorded) == []
 
 
 def test_a_run_with_an_api_key_keeps_nothing(recorded):
-    replay(recorded, "--laya-api-key", "sk-derived-cache-canary-7781").assert_outcomes(passed=1)
-    assert entries(recorded) == []
+    for _ in range(2):  # not even a note that the file was read
+        replay(recorded, "--laya-api-key", "sk-derived-cache-canary-7781").assert_outcomes(passed=1)
+    assert kept_at_all(recorded) == []
