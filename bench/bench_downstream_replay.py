@@ -14,6 +14,9 @@ support message (the same ``i``-th request in every suite), so each test has its
   ``laya_url`` and calls the same service (its module-level client) with it. Every response is
   validated against its spec by the plugin;
 - ``laya_client``: pytest-laya's ``laya_client`` fixture (``ServedLayaClient.decide``), validated;
+- ``...@warm``, ``...@first``, ``...@second``: the same with pytest's cache, so the derived cache:
+  read back (a later run), empty (a first run, which notes its files), and the run after such a
+  first one (which writes the entries; docs/cassettes.md);
 - ``mock_httpx``: the service called through a module-level
   ``httpx.Client(transport=httpx.MockTransport(...))`` answering the recorded bytes;
 - ``mock_kit``: a module-level ``ServedLayaClient`` on such a MockTransport.

@@ -161,10 +161,16 @@ def another_process(folder: Path) -> None:
     derived.use(folder, derived.extras())
 
 
-def test_a_one_off_run_notes_its_files_and_the_next_creates_their_entries_whole(cache, tmp_path):
-    folder, _ = cache
+@pytest.fixture
+def score(tmp_path: Path) -> Path:
+    """A copy of a shipped cassette, to read and edit."""
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
+    return path
+
+
+def test_a_one_off_run_notes_its_files_and_the_next_creates_their_entries_whole(cache, score):
+    folder, path = cache[0], score
     load(path)
     another_process(folder)
     assert [p.suffix for p in folder.rglob("*") if p.is_file()] == [".seen"]  # one small file, no entry
@@ -175,10 +181,8 @@ def test_a_one_off_run_notes_its_files_and_the_next_creates_their_entries_whole(
     assert entry_of(path) is not None
 
 
-def test_an_entry_cut_off_while_it_was_created_is_written_again_whole(cache, tmp_path):
-    folder, _ = cache
-    path = tmp_path / "score.yaml"
-    shutil.copy(SHIPPED, path)
+def test_an_entry_cut_off_while_it_was_created_is_written_again_whole(cache, score):
+    folder, path = cache[0], score
     load(path)
     load(path)
     (entry,) = folder.rglob("*.cassette")
