@@ -40,10 +40,10 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep", "note", "note_head", "note_parsed",
-           "noted", "put", "use", "variant"]
+__all__ = ["Extra", "digest_of_parsed", "directory", "extras", "get", "head", "keep", "keeps", "note", "note_head",
+           "note_parsed", "noted", "put", "use", "variant"]
 
 _MAGIC = b"pytest-laya derived 2\n"
 _CHECK_BYTES = 16
@@ -55,7 +55,6 @@ _SEEN_MAX = 20_000  # digests noted at most (the newest): a bigger suite's oldes
 _seen: set[bytes] = set()  # the files earlier runs noted (digest prefixes): the only ones with entries
 _seen_now: dict[bytes, None] = {}  # the files this run notes, in order
 _missing: set[Path] = set()  # entries a look-up found missing: created in place when written
-_made: set[Path] = set()  # folders known to exist
 _extras: tuple[Extra, ...] = ()
 _code_digest: bytes | None = None
 _lock = threading.Lock()
@@ -90,7 +89,7 @@ def use(folder: Path | None, extras: tuple[Extra, ...] = ()) -> tuple[Path | Non
     with _lock:
         before = (_folder, _extras)
         _folder, _extras = folder, tuple(extras)
-        for kept in (_entries, _seen, _seen_now, _missing, _made):  # of the folder in use before
+        for kept in (_entries, _seen, _seen_now, _missing):  # of the folder in use before
             kept.clear()
     _seen.update(_noted())
     return before
@@ -188,24 +187,27 @@ def put(kind: str, value: Any, *parts: bytes) -> None:
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_T = TypeVar("_T")
+
+
+def _in_folder(path: Path, open_beside: Callable[[], _T]) -> _T:
+    """`open_beside()`, a file opened in `path`'s folder, the folder made first if it is missing."""
+    try:
+        return open_beside()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open_beside()
 
 
 def _created(path: Path, blob: bytes) -> bool:
     """Write a new entry at `path` in place; False, nothing written, if one is there already."""
     try:
-        try:
-            fd = os.open(path, _CREATE, 0o600)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, _CREATE, 0o600)
+        fd = _in_folder(path, lambda: os.open(path, _CREATE, 0o600))
     except FileExistsError:
         return False
-    _made.add(path.parent)
     try:
-        with os.fdopen(fd, "wb", buffering=0) as out:
-            view = memoryview(blob)
-            while view:
-                view = view[out.write(view):]
+        with os.fdopen(fd, "wb") as out:
+            out.write(blob)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -215,10 +217,7 @@ def _created(path: Path, blob: bytes) -> bool:
 
 def _replaced(path: Path, blob: bytes) -> None:
     """Write `blob` to a temporary file beside `path`, then move it into place."""
-    if path.parent not in _made:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _made.add(path.parent)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    fd, temporary = _in_folder(path, lambda: tempfile.mkstemp(dir=path.parent, prefix=".tmp-"))
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(blob)
@@ -252,15 +251,28 @@ def variant(digest: str, key: bytes) -> Any:
     return None if entry is None else entry["variants"].get(key)
 
 
+def _noted_as(digest: str) -> bytes:
+    return bytes.fromhex(digest)[:_NOTED_BYTES]
+
+
 def noted(digest: str) -> bool:
     """Whether an earlier run noted the file with `digest` (hex): only such a file has an entry, or gets one."""
-    return bytes.fromhex(digest)[:_NOTED_BYTES] in _seen
+    return _noted_as(digest) in _seen
 
 
 def note(digest: str) -> None:
     """Note that this run read the file with `digest` (hex) and could keep its entry: a later run keeps it."""
     if _folder is not None:
-        _seen_now[bytes.fromhex(digest)[:_NOTED_BYTES]] = None
+        _seen_now[_noted_as(digest)] = None
+
+
+def keeps(digest: str) -> bool:
+    """Whether this run keeps an entry of the file with `digest` (hex): only if an earlier run noted
+    it. A file none noted is noted now, and kept from its next run."""
+    if noted(digest):
+        return True
+    note(digest)
+    return False
 
 
 def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
@@ -268,8 +280,7 @@ def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
     `head`, beside the variants its entry holds already; a file no earlier run noted is noted instead."""
     if _folder is None:
         return
-    if not noted(digest):
-        note(digest)
+    if not keeps(digest):
         return
     entry = _entry(digest)
     variants = dict(entry["variants"]) if entry is not None else {}

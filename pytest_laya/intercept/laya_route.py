@@ -186,8 +186,20 @@ class LayaRoute:
         return playable
 
     def play_response(self, request: Any) -> Any:
+        return self._played(request, self.cassette.play_response)
+
+    def laya_answer(self, request: Any) -> Any:
+        """`play_response` in one step when the cassette answers `request` at once (its exact bytes
+        recorded, not played yet: `ReplayCassette.laya_take`); else None, nothing played or kept
+        (then ask `can_play_response_for`, which says why not)."""
+        take = getattr(self.cassette, "laya_take", None)
+        return None if take is None else self._played(request, take)
+
+    def _played(self, request: Any, play: Callable[[Any], Any]) -> Any:
+        """What `play` gives for `request`, its exchange observed (None: nothing was played); an
+        error it raises is kept as the request's outcome, and fails the test unless scripted."""
         try:
-            response = self.cassette.play_response(request)
+            response = play(request)
         except Exception as exc:
             fault = getattr(exc, "laya_fault", None)
             if fault:  # scripted by the test: the client gets it, the test goes on
@@ -195,24 +207,9 @@ class LayaRoute:
                 raise
             self._unanswered(request, type(exc).__name__)
             raise self._failed(exc) from None
-        self._observe(request, exchange_of(request, response))
+        if response is not None:
+            self._observe(request, exchange_of(request, response))
         return response
-
-    def laya_answer(self, request: Any) -> Any:
-        """`play_response` in one step when the cassette answers `request` at once (its exact bytes
-        recorded, not played yet: `ReplayCassette.laya_take`); else None, nothing played or kept
-        (then ask `can_play_response_for`, which says why not)."""
-        take = getattr(self.cassette, "laya_take", None)
-        if take is None:
-            return None
-        try:
-            played = take(request)
-        except Exception as exc:
-            self._unanswered(request, type(exc).__name__)
-            raise self._failed(exc) from None
-        if played is not None:
-            self._observe(request, exchange_of(request, played))
-        return played
 
     def append(self, request: Any, response: Any) -> None:
         with self._lock:

@@ -284,9 +284,10 @@ class Switchboard:
         self._last = (request, route)
         return route
 
-    def laya_route_of(self, request: Any) -> Any:
-        """The Laya route that claims `request`, tried before any other route; None if none does."""
-        host = host_of(request.uri)
+    def laya_route_of(self, request: Any, host: str | None = None) -> Any:
+        """The Laya route that claims `request` (to `host`, ``host:port``, its URL's unless given),
+        tried before any other route; None if none does."""
+        host = host_of(request.uri) if host is None else host
         if host not in self.ignored_hosts:
             for route in self.laya:
                 if route.claims(request, host):
@@ -294,10 +295,10 @@ class Switchboard:
         return None
 
     def _decide(self, request: Any) -> Route:
-        claimed: Route | None = self.laya_route_of(request)
+        host = host_of(request.uri)
+        claimed: Route | None = self.laya_route_of(request, host)
         if claimed is not None:
             return claimed
-        host = host_of(request.uri)
         if self.outer is not None:
             return self.outer
         if answered_by_a_mock():
