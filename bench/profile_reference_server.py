@@ -663,7 +663,8 @@ def variants(args: argparse.Namespace) -> int:
 def lean(args: argparse.Namespace) -> int:
     """laya's ``Agent._forward`` against the engine's lean forward (``PackedForward``) on the same
     collated passes of the benchmark's rows, one torch thread, taking turns: CPU ms per pass, and
-    whether the outputs are bit for bit the same."""
+    whether the outputs are bit for bit the same. The lean forward runs twice, under ``no_grad``
+    (as laya's does) and under ``inference_mode`` (as the engine's passes do)."""
     import laya
     import torch
     from laya.common import collate_items
@@ -678,7 +679,10 @@ def lean(args: argparse.Namespace) -> int:
         print("the lean forward does not apply to this checkpoint")
         return 1
     count = bench.TokenCounter(CHECKPOINT)
-    print("CPU ms per pass, one torch thread: laya's Agent._forward / the lean forward (ratio), same outputs")
+    sides = (("laya", agent._forward, torch.no_grad), ("lean", forward, torch.no_grad),
+             ("lean, inference mode", forward, torch.inference_mode))
+    print("CPU ms per pass, one torch thread: laya's Agent._forward / the lean forward / the lean forward in "
+          "inference mode (ratios to laya's), same outputs")
     for tokens in args.sizes:
         states = bench.sized_states(tokens, count, 16)
         for questions in args.questions:
@@ -687,17 +691,22 @@ def lean(args: argparse.Namespace) -> int:
             cells = []
             for rows in args.rows:
                 batch = collate_items([items[:rows]], agent.tok.pad_token_id)
-                timed: dict[str, list[float]] = {"laya": [], "lean": []}
-                with torch.no_grad():
-                    same = all((a == b).all() for a, b in zip(agent._forward(batch), forward(batch)))
-                    for _ in range(args.repeats):
-                        for side, run in (("laya", agent._forward), ("lean", forward)):
+                timed: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+                outputs = []
+                for _, run, mode in sides:
+                    with mode():
+                        outputs.append(run(batch))
+                same = all((a == b).all() for other in outputs[1:] for a, b in zip(outputs[0], other))
+                for turn in range(args.repeats):
+                    for name, run, mode in (sides if turn % 2 == 0 else sides[::-1]):
+                        with mode():
                             started = time.thread_time()
                             run(batch)
-                            timed[side].append((time.thread_time() - started) * 1000)
-                laya_ms, lean_ms = statistics.median(timed["laya"]), statistics.median(timed["lean"])
-                cells.append(f"{rows} x {batch['input_ids'].shape[1]}: {laya_ms:6.2f} / {lean_ms:6.2f} "
-                             f"({lean_ms / laya_ms:.2f}x){'' if same else ' DIFFERENT'}")
+                            timed[name].append((time.thread_time() - started) * 1000)
+                laya_ms, lean_ms, inference_ms = (statistics.median(timed[name]) for name, _, _ in sides)
+                cells.append(f"{rows} x {batch['input_ids'].shape[1]}: {laya_ms:6.2f} / {lean_ms:6.2f} / "
+                             f"{inference_ms:6.2f} ({lean_ms / laya_ms:.2f}x, {inference_ms / laya_ms:.2f}x)"
+                             f"{'' if same else ' DIFFERENT'}")
             print(f"  {tokens:4d}t {questions:2d}q  " + " | ".join(cells), flush=True)
     return 0
 
