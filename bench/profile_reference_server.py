@@ -84,6 +84,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import os
 import statistics
 import subprocess
@@ -711,6 +712,46 @@ def lean(args: argparse.Namespace) -> int:
     return 0
 
 
+def tokenize(args: argparse.Namespace) -> int:
+    """laya's ``Agent._encode_state`` against the engine's (``fast_tokenizer.encode_state`` with a
+    ``FastTokenizer``) on the benchmark's requests, taking turns: ms per request, and whether
+    every encoded row is the same."""
+    import laya
+    from laya.common import _reuse_question_tokens
+
+    from pytest_laya_reference.fast_tokenizer import FastTokenizer, encode_state
+
+    agent = laya.load(CHECKPOINT, device="cpu")
+    fast = FastTokenizer.for_agent(agent)
+    if fast is None:
+        print("this checkpoint's tokenizer is used as it is")
+        return 1
+    count = bench.TokenCounter(CHECKPOINT)
+    print("ms per request's rows: laya's Agent._encode_state / through FastTokenizer (ratio), same rows")
+    for tokens in args.sizes:
+        states = bench.sized_states(tokens, count, 16)
+        for questions in args.questions:
+            asked = bench.question_set(questions)
+            ids = list(asked)
+            internal = {q: agent._to_internal(asked[q]) for q in ids}
+            sides = (("laya", None), ("fast", fast))
+            timed: dict[str, list[float]] = {name: [] for name, _ in sides}
+            same = True
+            for turn in range(args.repeats):
+                state = states[turn % len(states)]
+                rows = []
+                for name, tokenizer in (sides if turn % 2 == 0 else sides[::-1]):
+                    encode = _reuse_question_tokens(functools.partial(encode_state, agent, tokenizer))
+                    started = time.perf_counter()
+                    rows.append(encode(state, ids, internal))
+                    timed[name].append((time.perf_counter() - started) * 1000)
+                same = same and rows[0] == rows[1]
+            laya_ms, fast_ms = statistics.median(timed["laya"]), statistics.median(timed["fast"])
+            print(f"  {tokens:4d}t {questions:2d}q  {laya_ms:6.3f} / {fast_ms:6.3f} ({fast_ms / laya_ms:.2f}x)"
+                  f"{'' if same else ' DIFFERENT'}", flush=True)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="probe", required=True)
@@ -765,6 +806,10 @@ def main() -> int:
     le.add_argument("--questions", type=bench.csv_ints, default=[1, 4])
     le.add_argument("--rows", type=bench.csv_ints, default=[1, 4, 16])
     le.add_argument("--repeats", type=int, default=9)
+    tk = sub.add_parser("tokenize", help="in process: laya's encoding of a request's rows against the engine's")
+    tk.add_argument("--sizes", type=bench.csv_ints, default=[64, 512, 2048])
+    tk.add_argument("--questions", type=bench.csv_ints, default=[1, 4, 12])
+    tk.add_argument("--repeats", type=int, default=200)
     sub.add_parser("_replay_server")
     o = sub.add_parser("_side")  # one side of `engine`, in its own process
     o.add_argument("side", choices=("laya", "engine"))
@@ -772,7 +817,7 @@ def main() -> int:
         o._add_action(action)
     args = p.parse_args()
     return {"server": server, "rows": rows, "threads": threads, "openmp": openmp, "overhead": overhead, "engine": engine, "packing": packing,
-            "lean": lean, "spin": spin, "http": http, "variants": variants, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
+            "lean": lean, "tokenize": tokenize, "spin": spin, "http": http, "variants": variants, "_replay_server": replay_server, "_side": one_side}[args.probe](args)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pytest_laya.wire.identity import local_checkpoint_revision
 from pytest_laya.wire.questions import option_key
 
 from .cores import CorePool, auto_cores
+from .fast_tokenizer import FastTokenizer
 from .packed_forward import PackedForward
 from .packing import packed_disagrees, predict_packed
 
@@ -265,6 +266,8 @@ class LayaEngine:
         self._agents: dict[str, Any] = {}
         # per packed checkpoint where it applies: what runs a pass (a PackedForward)
         self._forwards: dict[str, Callable[[dict[str, Any]], tuple[Any, Any]]] = {}
+        # per packed checkpoint where it applies: what tokenises its requests (a FastTokenizer)
+        self._tokenizers: dict[str, FastTokenizer] = {}
         self._packed: dict[str, bool] = {}
         self._pool: CorePool | None = None
         self._inflight = 0           # predict calls running
@@ -384,9 +387,11 @@ class LayaEngine:
                 if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
                     job = pool.lone_job(conf.name)
-                    results = predict_packed(agent, rows, job.run, job.lanes, forward=self._forwards.get(conf.name))
+                    results = predict_packed(agent, rows, job.run, job.lanes, forward=self._forwards.get(conf.name),
+                                             tokenizer=self._tokenizers.get(conf.name))
                 else:
-                    results = predict_packed(agent, rows, pool.run, forward=self._forwards.get(conf.name))
+                    results = predict_packed(agent, rows, pool.run, forward=self._forwards.get(conf.name),
+                                             tokenizer=self._tokenizers.get(conf.name))
             else:
                 # laya's own path shares the cores too: on the wide thread when alone, else on one
                 # thread; never an OpenMP team of its own on this thread (``CorePool.on_wide``).
@@ -450,6 +455,7 @@ class LayaEngine:
             self._closed = True
             router, self._router = self._router, None
             self._forwards = {}
+            self._tokenizers = {}
         if router is not None:
             try:
                 router.unload()
@@ -470,18 +476,22 @@ class LayaEngine:
 
     def _packing_agrees(self, conf: _Configured, agent: Any) -> bool:
         """Whether packed passes answer the probes as laya's own ``Router.predict_batch`` does,
-        run by ``PackedForward`` where it applies, else by laya's ``Agent._forward``."""
+        run by ``PackedForward`` where it applies, else by laya's ``Agent._forward``, and
+        tokenised by a ``FastTokenizer`` where one agrees with the checkpoint's tokenizer."""
         assert self._pool is not None
+        tokenizer = FastTokenizer.for_agent(agent)
+        if tokenizer is not None:
+            self._tokenizers[conf.name] = tokenizer
         forward = PackedForward.attach(agent)
         if forward is not None:
-            mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, forward)
+            mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, forward, tokenizer)
             if mismatch is None:
                 self._forwards[conf.name] = forward
                 return True
             print("laya-reference-server: warning: checkpoint %r: packed passes run laya's own forward: "
                   "the lean one disagrees with laya's Router.predict_batch (%s)" % (conf.name, mismatch),
                   file=sys.stderr, flush=True)
-        mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run)
+        mismatch = packed_disagrees(agent, self._router, conf.key, self._pool.run, tokenizer=tokenizer)
         if mismatch is None:
             return True
         print("laya-reference-server: warning: checkpoint %r is answered one forward pass per question set "

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .fast_tokenizer import FastTokenizer, encode_state
+
 __all__ = ["EncodedRequest", "PROBES", "encode_requests", "packed_disagrees", "plan_passes", "predict_packed"]
 
 #: Padded tokens per forward pass (rows x the longest row), unless one row is longer.
@@ -31,8 +33,10 @@ class EncodedRequest:
     items: list[dict[str, Any]]      # laya's encoded rows, one per question
 
 
-def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]]) -> list[EncodedRequest]:
-    """Each (state, questions, token-window overrides) encoded as ``Agent.predict_batch`` does.
+def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], dict[str, int]]],
+                    tokenizer: FastTokenizer | None = None) -> list[EncodedRequest]:
+    """Each (state, questions, token-window overrides) encoded as ``Agent.predict_batch`` does
+    (tokenised through ``tokenizer``, where there is one: ``FastTokenizer.for_agent``).
 
     Raises laya's ValueError for a question it rejects, or a state/question pair that cannot fit.
     """
@@ -47,7 +51,7 @@ def encode_requests(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any],
             for qid in ids:
                 agent._check_question(qid, questions[qid])
             internal = {qid: agent._to_internal(questions[qid]) for qid in ids}
-            items = agent._encode_state(state, ids, internal, **overrides) if ids else []
+            items = encode_state(agent, tokenizer, state, ids, internal, **overrides) if ids else []
             out.append(EncodedRequest(ids, internal, items))
         return out
 
@@ -86,7 +90,8 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
                    run: Callable[..., list[Any]],
                    lanes: int | Callable[[Sequence[int]], int] = 1,
                    pass_tokens: int = PASS_TOKENS,
-                   forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None) -> list[dict[str, Any]]:
+                   forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None,
+                   tokenizer: FastTokenizer | None = None) -> list[dict[str, Any]]:
     """laya's result dict (``answers``, ``usage``) per request, from passes shared by all of them.
 
     ``run(fn, passes, tokens, alone)`` must return ``[fn(p) for p in passes]``; it may run
@@ -95,13 +100,13 @@ def predict_packed(agent: Any, requests: Sequence[tuple[Any, Mapping[str, Any], 
     about 1 GB of masks and activations). ``lanes``: the fewest passes to plan, or a function
     of the rows' token lengths that says it (``cores.LoneJob.lanes``). ``forward``: what runs a
     collated pass (``Agent._forward``'s signature and results; by default that method itself),
-    e.g. a ``packed_forward.PackedForward``.
+    e.g. a ``packed_forward.PackedForward``. ``tokenizer``: as for ``encode_requests``.
     """
     import numpy as np
     import torch
     from laya.common import collapsed_options, collate_items
 
-    encoded = encode_requests(agent, requests)
+    encoded = encode_requests(agent, requests, tokenizer)
     rows = [(r, j) for r, enc in enumerate(encoded) for j in range(len(enc.items))]
     lengths = [len(encoded[r].items[j]["ids"]) for r, j in rows]
     passes = plan_passes(lengths, pass_tokens, lanes if isinstance(lanes, int) else lanes(lengths))
@@ -188,8 +193,10 @@ PROBES: tuple[tuple[Any, Mapping[str, Any], int | None, int | None], ...] = (
 
 
 def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[Any]],
-                     forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None) -> str | None:
-    """Where packed passes (run by ``forward``, as in ``predict_packed``) first answer ``PROBES``
+                     forward: Callable[[dict[str, Any]], tuple[Any, Any]] | None = None,
+                     tokenizer: FastTokenizer | None = None) -> str | None:
+    """Where packed passes (run by ``forward``, tokenised through ``tokenizer``, as in
+    ``predict_packed``) first answer ``PROBES``
     otherwise than laya's ``Router.predict_batch`` on the checkpoint ``key`` (answers and
     usage), or None when they agree everywhere."""
     items = []
@@ -198,7 +205,8 @@ def packed_disagrees(agent: Any, router: Any, key: str, run: Callable[..., list[
         items.append((state, {q: dict(d) for q, d in questions.items()}, windows))
     try:
         want = router.predict_batch([{"state": s, "questions": q, "model": key, **w} for s, q, w in items])
-        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256, forward=forward)  # several passes, mixed sets
+        got = predict_packed(agent, items, run, lanes=2, pass_tokens=256, forward=forward,  # several passes, mixed sets
+                             tokenizer=tokenizer)
         # laya's path adds its routing decision and names its agent; answers and usage must agree.
         return _first_difference([{k: r[k] for k in ("answers", "usage")} for r in got],
                                  [{k: r[k] for k in ("answers", "usage")} for r in want])

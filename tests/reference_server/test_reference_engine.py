@@ -953,9 +953,10 @@ def test_a_laya_whose_packed_passes_disagree_is_served_by_its_own_path(checkpoin
     calls: list[int] = []
     original = packing.predict_packed
 
-    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0, forward: Any = None) -> Any:
+    def wrong(agent: Any, requests: Any, run: Any, lanes: int = 1, pass_tokens: int = 0, forward: Any = None,
+              tokenizer: Any = None) -> Any:
         calls.append(len(requests))
-        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS, forward)
+        out = original(agent, requests, run, lanes, pass_tokens or packing.PASS_TOKENS, forward, tokenizer)
         for result in out:  # a laya whose internals moved: one number off
             for answer in result["answers"].values():
                 if "noul" in answer:
