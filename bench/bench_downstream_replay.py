@@ -567,7 +567,6 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
             replay._loaded(f, None, config)
 
     def keep() -> float:  # the run after a first one, timed alone
-        run_of(emptied=True)
         return best(lambda: run_of(emptied=False), before=lambda: run_of(emptied=True))
 
     before = derived.use(cache_dir, extras)

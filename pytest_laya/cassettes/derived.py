@@ -275,13 +275,13 @@ def keeps(digest: str) -> bool:
     return False
 
 
-def keep(head: Any, digest: str, key: bytes, value: Any) -> None:
-    """Keep `value` (built-in types only) as `key`'s variant of the file with `digest` (hex) and
-    `head`, beside the variants its entry holds already; a file no earlier run noted is noted instead."""
-    if _folder is None:
+def keep(head: Any, digest: str, variant: Callable[[], tuple[bytes, Any]]) -> None:
+    """Keep the variant `variant()` gives, (key, value: built-in types only), of the file with
+    `digest` (hex) and `head`, beside the variants its entry holds already. `variant` is called
+    only when the entry is kept (`keeps`): a file no earlier run noted is noted instead."""
+    if _folder is None or not keeps(digest):
         return
-    if not keeps(digest):
-        return
+    key, value = variant()
     entry = _entry(digest)
     variants = dict(entry["variants"]) if entry is not None else {}
     variants[key] = value

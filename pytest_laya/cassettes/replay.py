@@ -158,8 +158,8 @@ def _derived(path: Path, head: dict[str, Any], api_key: str | None, config: Cass
         source, loaded = data, _load(head_of(data), *_fresh(path, data), api_key, config)
     forget_parse(path)  # the file is read again only when it changes, or once `_CACHE` lets it go
     digest = derived.digest_of_parsed(source) if api_key is None else None
-    if digest is not None and not loaded.learned and derived.keeps(digest):  # else noted, kept from its next run
-        derived.keep(loaded.data, digest, key or _variant_key(config, extras), _plain(loaded, extras))
+    if digest is not None and not loaded.learned:  # kept from the file's second run on; worked out only then
+        derived.keep(loaded.data, digest, lambda: (key or _variant_key(config, extras), _plain(loaded, extras)))
     return loaded
 
 
