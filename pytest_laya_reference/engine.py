@@ -384,14 +384,14 @@ class LayaEngine:
             if self._packed.get(conf.name):
                 agent = self._agents[conf.name]
                 rows = [(r.state, _plain_questions(r.questions), _overrides(r)) for r in requests]
+                run: Callable[..., list[Any]] = pool.run
+                lanes: int | Callable[[Sequence[int]], int] = 1
                 if alone and self._lone_shapes_apply(conf, pool):
                     # Alone on an idle server: side by side, wide or on one thread, as measured.
                     job = pool.lone_job(conf.name)
-                    results = predict_packed(agent, rows, job.run, job.lanes, forward=self._forwards.get(conf.name),
-                                             tokenizer=self._tokenizers.get(conf.name))
-                else:
-                    results = predict_packed(agent, rows, pool.run, forward=self._forwards.get(conf.name),
-                                             tokenizer=self._tokenizers.get(conf.name))
+                    run, lanes = job.run, job.lanes
+                results = predict_packed(agent, rows, run, lanes, forward=self._forwards.get(conf.name),
+                                         tokenizer=self._tokenizers.get(conf.name))
             else:
                 # laya's own path shares the cores too: on the wide thread when alone, else on one
                 # thread; never an OpenMP team of its own on this thread (``CorePool.on_wide``).
