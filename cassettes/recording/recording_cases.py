@@ -236,7 +236,6 @@ def case_params(kind: str) -> list[Any]:
             for case in cases_for(kind)]
 
 
-
 @functools.cache
 def _tls_context() -> Any:
     """One TLS context for every case's client: a new one reads the CA bundle (~25 ms of CPU)."""
