@@ -558,13 +558,13 @@ def decision_parts(project: Project, cassettes: int = 30, repeats: int = 5) -> d
     extras = (replay_verdicts(claimed_only=True),)  # the suites show no table
 
     def run_of(emptied: bool) -> None:  # a new process reading every file, the folder as earlier runs left it
-        derived.use(None)  # the run before ends: what it noted is kept in the folder
         if emptied:
             shutil.rmtree(cache_dir, ignore_errors=True)
         derived.use(cache_dir, extras)
         new_process()
         for f in files:
             replay._loaded(f, None, config)
+        derived.use(None)  # the run ends: what it noted and kept is written to the folder
 
     def keep() -> float:  # the run after a first one, timed alone
         return best(lambda: run_of(emptied=False), before=lambda: run_of(emptied=True))

@@ -2,14 +2,26 @@
 
 Parsing a cassette's YAML, then scrubbing and indexing its interactions, costs more than playing
 them. Under the plugin, with pytest's cache directory (``config.cache``; none under
-``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``
-one ``.cassette`` entry per file: the file's head (its top level but the interactions) and, by
-variant, the interactions as replay holds them. Content-addressed: an entry's name is the SHA-256
-of the file's bytes, the kit's code (the source of the modules that derive and judge it, so a new
-version or an edit in place counts) and the Python version; a variant's key is the scrubbing
-configuration and what layers above add (`Extra`: the specs' text, for their verdicts). An
-edited cassette or spec, another configuration or another kit never reads a stale entry. One
-file per cassette, read once and written once: creating a file is most of what the cache costs.
+``-p no:cacheprovider``), both results are kept in ``.pytest_cache/d/pytest-laya/derived/``: one
+entry per cassette file, its head (its top level but the interactions) and, by variant, the
+interactions as replay holds them. Content-addressed: an entry is found by the SHA-256 of the
+file's bytes, in packs made by the kit's code (the source of the modules that derive and judge
+it, so a new version or an edit in place counts) and the Python version; a variant's key is the
+scrubbing configuration and what layers above add (`Extra`: the specs' text, for their
+verdicts). An edited cassette or spec, another configuration or another kit never reads a stale
+entry.
+
+Entries are written in packs: the entries a process keeps are held until it stops using the
+folder (`use`, which the plugin calls when its run ends), then written as one ``.pack`` file,
+through a temporary file moved into place (``os.replace``), so a reader never meets one half
+written. Creating a file costs far more than filling it (about 0.25 ms of CPU each here), so
+one file a run, not one a cassette. A process reads every pack once, the first time it looks
+for an entry, and keeps their entries' bytes (each unmarshalled when asked); the newest pack's
+entry of a file wins. Once a folder holds `_PACKS_MAX` packs, the next process writing one
+merges them all into it and removes them, keeping the newest `_PACKED_MAX` entries (those it
+read or wrote itself counting as the newest); a pack another process removed meanwhile is only
+a miss. pytest-xdist workers each write their own pack; two adding different variants of one
+file at once may keep one of them (the other is worked out again when next asked).
 
 An entry is kept from a file's second run on: a run notes the files it read that have no entry
 (their digests, in one ``.seen`` file) and keeps entries only for those an earlier run noted. A
@@ -17,15 +29,11 @@ one-off run, such as a CI job from a clean checkout, writes one small file and n
 run again is read from the cache from its third run on. Runs that note files at once (pytest-xdist
 workers) may keep one run's notes: the others' files are noted again next time.
 
-A new entry (its path found missing) is created in place, exclusively; any other is written to a
-temporary file and moved into place (``os.replace``). A reader that meets an entry being created,
-or one cut off, finds its checksum wrong and ignores it, and pytest-xdist workers writing the
-same entry keep one (two workers adding different variants at once may keep one of them: the
-other is worked out again when next asked). An entry that cannot be read (cut off, corrupted,
-another format) is ignored and written again, never an error. A file no earlier run noted is not
-looked up at all. Nothing is
-stored that the cassette file does not hold already, and nothing of a file whose scrubbing learns a
-secret from it or that is read while an API key is set (`pytest_laya.cassettes.replay` decides).
+A pack or note file that cannot be read (cut off, corrupted, another format, another kit's) is
+ignored, never an error: its files' entries are worked out and kept again, and the next pack
+written removes it. A file no earlier run noted is not looked up at all. Nothing is stored that
+the cassette file does not hold already, and nothing of a file whose scrubbing learns a secret
+from it or that is read while an API key is set (`pytest_laya.cassettes.replay` decides).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -66,7 +75,16 @@ _DIGESTS_MAX = 64
 #: replay asks for a file's head, then its variant, then keeps one.
 _entries: collections.OrderedDict[str, dict[str, Any] | None] = collections.OrderedDict()
 _ENTRIES_MAX = 4
-_CASSETTE = "cassette"
+_PACK_MAGIC = b"pytest-laya derived pack 1\n"
+_PACK = ".pack"
+_PACKS_MAX = 8  # packs in a folder before the next one written merges them all
+_PACKED_MAX = 20_000  # entries a merged pack keeps at most (the newest)
+#: The entries this process keeps, by file digest (bytes): marshalled, written as one pack by `use`.
+_pending: dict[bytes, bytes] = {}
+#: The folder's packs' entries, by file digest, read once when an entry is first looked for.
+_packed: dict[bytes, bytes] | None = None
+_used: dict[bytes, None] = {}  # the packed entries this process read: the newest when packs merge
+_unreadable: set[Path] = set()  # packs found damaged or another kit's: the next pack written removes them
 
 
 class Extra(NamedTuple):
@@ -84,12 +102,13 @@ class Extra(NamedTuple):
 def use(folder: Path | None, extras: tuple[Extra, ...] = ()) -> tuple[Path | None, tuple[Extra, ...]]:
     """Keep derived results under `folder` from now on (None: keep none), with `extras`; returns
     what was in use before (to give back to `use`)."""
-    global _folder, _extras
+    global _folder, _extras, _packed
     _note_seen()
+    _write_pack()
     with _lock:
         before = (_folder, _extras)
-        _folder, _extras = folder, tuple(extras)
-        for kept in (_entries, _seen, _seen_now, _missing):  # of the folder in use before
+        _folder, _extras, _packed = folder, tuple(extras), None
+        for kept in (_entries, _seen, _seen_now, _missing, _pending, _used, _unreadable):  # of the folder in use before
             kept.clear()
     _seen.update(_noted())
     return before
@@ -286,7 +305,12 @@ def keep(head: Any, digest: str, variant: Callable[[], tuple[bytes, Any]]) -> No
     variants = dict(entry["variants"]) if entry is not None else {}
     variants[key] = value
     kept = {"head": head, "variants": variants}
-    put(_CASSETTE, kept, bytes.fromhex(digest))
+    try:
+        blob = marshal.dumps(kept)
+    except ValueError:  # a type marshal cannot hold (a date in a cassette's metadata): not kept
+        return
+    with _lock:
+        _pending[bytes.fromhex(digest)] = blob
     _keep_entry(digest, kept)
 
 
@@ -299,13 +323,106 @@ def _entry(digest: str) -> dict[str, Any] | None:
             return _entries[digest]
     if not noted(digest):  # kept by no run
         return None
-    read = get(_CASSETTE, bytes.fromhex(digest))
+    key = bytes.fromhex(digest)
+    with _lock:
+        blob = _pending.get(key)
+        if blob is None:
+            blob = _packs_read().get(key)
+            if blob is not None:
+                _used[key] = None
+    read = None
+    if blob is not None:
+        try:
+            read = marshal.loads(blob)
+        except (ValueError, EOFError, TypeError):
+            read = None
     entry: dict[str, Any] | None = read
     if not isinstance(read, dict) or not isinstance(read.get("head"), dict) \
             or not isinstance(read.get("variants"), dict) or "interactions" in read["head"]:
         entry = None  # none, or not one of ours
     _keep_entry(digest, entry)
     return entry
+
+
+def _packs_read() -> dict[bytes, bytes]:
+    """Every pack's entries in the folder, the newest pack's winning; read once (under `_lock`)."""
+    global _packed
+    if _packed is None:
+        _packed = {}
+        for path in _packs():
+            _packed.update(_pack(path))
+    return _packed
+
+
+def _packs() -> list[Path]:
+    """The folder's packs, oldest first (their names start with the time they were written)."""
+    try:
+        return sorted(_folder.glob(f"*{_PACK}")) if _folder is not None else []
+    except OSError:
+        return []
+
+
+def _pack(path: Path) -> dict[bytes, bytes]:
+    """A pack's entries (marshalled), by file digest; none if it is gone (merged away meanwhile),
+    or if it is damaged or another kit's (noted, for the next pack written to remove)."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        return {}
+    head = len(_PACK_MAGIC) + _CHECK_BYTES
+    payload = blob[head:]
+    try:
+        if not blob.startswith(_PACK_MAGIC) \
+                or hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() != blob[len(_PACK_MAGIC):head]:
+            raise ValueError("damaged")
+        code, entries = marshal.loads(payload)
+        if code != _code() or not isinstance(entries, dict) \
+                or not all(isinstance(k, bytes) and isinstance(v, bytes) for k, v in entries.items()):
+            raise ValueError("another kit's")
+    except (ValueError, EOFError, TypeError):
+        _unreadable.add(path)
+        return {}
+    return entries
+
+
+def _write_pack() -> None:
+    """Write the entries this process kept as one new pack, merging the folder's packs into it
+    once there are `_PACKS_MAX` of them; remove the packs merged and those found unreadable.
+    A folder that cannot be written is skipped: the run goes on without the cache."""
+    folder = _folder
+    with _lock:
+        entries, used = dict(_pending), list(_used)
+        _pending.clear()
+    if folder is None or not entries:
+        return
+    merged: list[Path] = []
+    packs = _packs()
+    if len(packs) >= _PACKS_MAX:
+        everything: dict[bytes, bytes] = {}
+        for path in packs:
+            for key, blob in _pack(path).items():
+                everything.pop(key, None)  # the newest write last
+                everything[key] = blob
+            merged.append(path)
+        for key in used:  # read by this run: among the newest
+            if key in everything:
+                everything[key] = everything.pop(key)
+        for key, blob in entries.items():
+            everything.pop(key, None)
+            everything[key] = blob
+        entries = dict(list(everything.items())[-_PACKED_MAX:])
+    payload = marshal.dumps((_code(), entries))
+    blob = _PACK_MAGIC + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
+    name = folder / f"{time.time_ns():020d}-{os.getpid()}{_PACK}"
+    try:
+        _replaced(name, blob)
+    except OSError:  # a read-only or full disk: the run goes on without the cache
+        return
+    for path in {*merged, *_unreadable} - {name}:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _keep_entry(digest: str, entry: dict[str, Any] | None) -> None:

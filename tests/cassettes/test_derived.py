@@ -80,7 +80,8 @@ def test_a_second_read_is_the_first_ones_result(cache, tmp_path):
     shutil.copy(SHIPPED, path)
     assert load(path) and kinds(folder) == []  # a file's first run notes it, and keeps nothing
     first = load(path)
-    assert kinds(folder) == [".cassette"]  # its second: one file a cassette, its head and its interactions
+    another_process(folder)
+    assert kinds(folder) == [".pack"]  # its second: its head and interactions, in the run's one pack
     second = load(path)
     assert [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in second.interactions] == \
         [(r.method, r.uri, r.body, list(r.headers.items()), s) for r, s in first.interactions]
@@ -96,7 +97,8 @@ def test_another_configuration_or_extra_key_is_worked_out_again(cache, tmp_path)
     load(path)
     filtered = CassetteConfig(filter_headers=(("x-inference-time-ms", None),))
     load(path, filtered)
-    assert kinds(folder) == [".cassette"]
+    another_process(folder)
+    assert kinds(folder) == [".pack", ".pack"]  # one for each run that kept an entry
     assert len(entry_of(path)["variants"]) == 2
     assert not calls  # each worked out from the file, nothing restored
     calls.append(("spec edited", b"v2"))  # the extra's key changes, as an edited spec's hash does
@@ -114,6 +116,7 @@ def test_an_api_key_or_a_learned_secret_keeps_no_interactions(cache, tmp_path):
     loaded = load(path)
     assert loaded.learned == ("sk-learned-secret-4242",)
     load(path, api_key="sk-given-key-1234")
+    another_process(folder)
     assert kinds(folder) == []
 
 
@@ -142,18 +145,19 @@ def test_a_file_is_looked_up_in_the_folder_once_per_process(cache, tmp_path, mon
     it: one read of the folder answers all three, the one that found nothing included."""
     path = tmp_path / "score.yaml"
     shutil.copy(SHIPPED, path)
-    looked: list[str] = []
-    real = derived.get
-    monkeypatch.setattr(derived, "get", lambda kind, *parts: (kind == "cassette" and looked.append(kind)) or real(kind, *parts))
+    looked: list[Path] = []
+    real = derived._pack
+    monkeypatch.setattr(derived, "_pack", lambda pack: looked.append(pack) or real(pack))
     head._HEADS.clear()
     load(path)  # its first run: noted, nothing looked up
-    assert looked == []
+    assert looked == [] and derived._packed is None
     head._HEADS.clear()
-    load(path)
-    assert looked == ["cassette"]
+    load(path)  # the folder listed once: no pack yet
+    assert looked == [] and derived._packed == {}
     head._HEADS.clear()
-    load(path)  # another process: reads the entry the second one kept, once
-    assert looked == ["cassette", "cassette"]
+    load(path)  # another process: reads the pack the second one wrote, once for head and variant
+    (pack,) = derived._packs()
+    assert looked == [pack]
 
 
 def another_process(folder: Path) -> None:
@@ -169,31 +173,58 @@ def score(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_one_off_run_notes_its_files_and_the_next_creates_their_entries_whole(cache, score):
+def test_a_one_off_run_notes_its_files_and_the_next_writes_their_entries_in_one_pack(cache, score):
     folder, path = cache[0], score
     load(path)
     another_process(folder)
     assert [p.suffix for p in folder.rglob("*") if p.is_file()] == [".seen"]  # one small file, no entry
     assert entry_of(path) is None
     load(path)
-    assert kinds(folder) == [".cassette"] and not list(folder.rglob(".tmp-*"))
+    assert kinds(folder) == []  # held until the run ends
     another_process(folder)
+    assert kinds(folder) == [".pack"] and not list(folder.rglob(".tmp-*"))
     assert entry_of(path) is not None
 
 
-def test_an_entry_cut_off_while_it_was_created_is_written_again_whole(cache, score):
+@pytest.mark.parametrize("damage", ["cut off", "another kit's"])
+def test_an_unreadable_pack_is_ignored_its_entries_kept_again_and_the_next_pack_removes_it(cache, score, damage,
+                                                                                          monkeypatch):
     folder, path = cache[0], score
     load(path)
     load(path)
-    (entry,) = folder.rglob("*.cassette")
-    whole = entry.read_bytes()
-    entry.write_bytes(whole[: len(whole) // 2])  # a process stopped halfway through creating it
+    another_process(folder)
+    (pack,) = folder.glob("*.pack")
+    if damage == "cut off":
+        pack.write_bytes(pack.read_bytes()[:-9])
+    else:
+        monkeypatch.setattr(derived, "_code_digest", b"another version of the kit")
     another_process(folder)
     assert entry_of(path) is None
+    load(path)  # worked out again and kept (another kit's first run notes the file first)
     load(path)
-    assert entry.read_bytes() == whole
     another_process(folder)
+    (again,) = folder.glob("*.pack")
+    assert again != pack
     assert entry_of(path) is not None
+
+
+def test_packs_are_merged_once_there_are_enough_keeping_the_newest_entries(cache, tmp_path, monkeypatch):
+    folder, _ = cache
+    monkeypatch.setattr(derived, "_PACKS_MAX", 2)
+    monkeypatch.setattr(derived, "_PACKED_MAX", 2)
+    paths = [tmp_path / f"score{n}.yaml" for n in range(3)]
+    for n, path in enumerate(paths):
+        path.write_bytes(SHIPPED.read_bytes() + f"# file {n}\n".encode())  # other bytes: an entry each
+    for path in paths[:2]:  # each kept by a run of its own: a pack each
+        load(path)
+        load(path)
+    load(paths[2])
+    load(paths[2])  # this run keeps the third file's entry ...
+    replay._CACHE.clear()
+    assert replay._loaded(paths[0], None, CassetteConfig())  # ... and reads the first file's from its pack
+    another_process(folder)  # its pack merges the two there, the second file's entry the oldest
+    assert len(list(folder.glob("*.pack"))) == 1
+    assert [entry_of(path) is not None for path in paths] == [True, False, True]
 
 
 def test_the_notes_keep_the_newest_files_and_ignore_a_damaged_note_file(cache, monkeypatch):

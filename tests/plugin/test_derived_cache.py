@@ -80,7 +80,7 @@ def test_a_one_off_run_keeps_nothing_a_second_keeps_the_entry_and_a_third_reads_
     first = replay(recorded)
     first.assert_outcomes(passed=1)
     kinds = sorted(p.suffix for p in entries(recorded))
-    assert kinds == [".cassette"]  # one file for the cassette: its head, its interactions and their verdicts
+    assert kinds == [".pack"]  # one file for the run: the cassette's head, its interactions and their verdicts
     (recorded.path / "no-parsing").touch()
     second = replay(recorded)
     second.assert_outcomes(passed=1)
@@ -168,7 +168,8 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_written_again(recorded):
     replay(recorded).assert_outcomes(passed=1)
     (recorded.path / "no-parsing").touch()
     replay(recorded).assert_outcomes(passed=1)  # each entry was written again, whole
-    assert entries(recorded) == kept
+    again = entries(recorded)
+    assert len(again) == 1 and again != kept  # in a new pack; the damaged one removed
 
 
 def kept_at_all(pytester: pytest.Pytester) -> list[Path]:
