@@ -32,7 +32,10 @@ Interleaving, for a shared box: each round starts both servers (fresh processes)
 their answers are equal, then measures every cell on both, alternating which goes first from
 cell to cell (ABBA) so that drift in the box's speed falls on both alike; the idle one uses no
 CPU meanwhile. ``--rounds`` rounds; a cell pools its rounds' raw latencies, and its CPU per
-request is the median of the rounds'. Before each slice the script waits (up to
+request is the median of the rounds'. With ``--turns N``, each c1 cell's slice is cut into N
+turns, each measuring both servers and then the floors for a 1/N share (the later turns warmed
+up for 0.5 s, with no wait for quiet before them): the host's speed drifts from minute to minute
+here, and a server measured a minute after its floor can land in another minute's speed. Before each slice the script waits (up to
 ``--quiet-wait`` s) until processes other than the two servers and itself use at most
 ``--max-foreign`` cores, and measures a slice again (up to ``--retries`` times) when they used
 more; the worst remaining value is shown per cell.
@@ -341,6 +344,24 @@ class QuietBudget:
             return False
         self.left -= cost_s
         return True
+
+
+@dataclass
+class Turn:
+    """One slice's share of a cell: ``turns`` of them measure each server and floor in turn, so
+    that the box's drift from minute to minute falls on all of them alike."""
+
+    seconds: float
+    warmup_s: float
+    wait_quiet: bool
+
+
+def turns_of(spec: CellSpec, args: argparse.Namespace) -> list[Turn]:
+    """A c1 cell's slices cut into ``--turns`` turns (the first one warmed up and waited for in
+    full, the later ones warmed up briefly: the servers are warm); other cells in one."""
+    per_round = args.duration / args.rounds
+    n = args.turns if spec.load == "c1" else 1
+    return [Turn(per_round / n, args.warmup if k == 0 else min(args.warmup, 0.5), k == 0) for k in range(n)]
 
 
 @dataclass
@@ -715,14 +736,14 @@ def floor_threads(cores: int) -> list[int]:
 
 
 def measure_floor(floors: tuple[FloorProcess, FloorProcess, FloorProcess], others: tuple[int, ...], spec: CellSpec,
-                  bodies: list[bytes], args: argparse.Namespace, round_no: int) -> dict[str, Slice]:
+                  bodies: list[bytes], args: argparse.Namespace, round_no: int, turn: Turn) -> dict[str, Slice]:
     """The floors of one cell, by kind. c1: laya's in-process predict of the same bodies on one
     thread and on every core, set up as the server is ("floor-1t", "floor-2t"), and on every core
     as laya-serve runs ("floor-2t-laya", libgomp's own spinning); "floor": the fastest. same:
     laya's own ``predict_batch`` of ``--concurrency`` states on every core, set up both ways
     ("floor-batch", "floor-batch-laya"), and the reference server's engine in process, no HTTP,
-    its 2 passes calling it with batches of ``--concurrency`` / 2 ("floor-engine"); "floor": the
-    one with the most requests/s. Each setup has its own process (``floors``: server, engine,
+    its 2 passes calling it with batches of ``--concurrency`` / 2 ("floor-engine"); `best_floor`
+    picks "floor" among them. Each setup has its own process (``floors``: server, engine,
     laya-serve): the engine's threads' OpenMP teams would turn another team's two-thread spinning
     into sleeps (docs/benchmarks.md, "The figures behind the engine's constants")."""
     from pytest_laya_reference.cores import auto_cores
@@ -744,9 +765,10 @@ def measure_floor(floors: tuple[FloorProcess, FloorProcess, FloorProcess], other
                  engine, {"threads": cores, "engine": 2, "engine_batch": max(1, args.concurrency // 2)})]
     out: dict[str, Slice] = {}
     for kind, what, floor, params in jobs:
-        args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
+        if turn.wait_quiet:
+            args.budget.wait((floor.pid, *others), args.max_foreign, args.quiet_wait)
         a, wall = snapshot(floor.pid, others), time.monotonic()
-        reply = floor.measure(bodies, warmup_s=args.warmup, duration_s=args.duration / args.rounds,
+        reply = floor.measure(bodies, warmup_s=turn.warmup_s, duration_s=turn.seconds,
                               min_requests=args.min_requests, **params)
         b, wall = snapshot(floor.pid, others), time.monotonic() - wall
         sl = Slice(reply["latencies_ms"], {}, reply["seconds"], reply["cpu_s"], foreign_cores(a, b, wall))
@@ -754,19 +776,19 @@ def measure_floor(floors: tuple[FloorProcess, FloorProcess, FloorProcess], other
         log(f"  round {round_no} {'floor':<10} {spec.label(args.concurrency):<22} {len(lat) / sl.seconds:7.1f} "
             f"req/s  p50 {percentile(lat, 50):8.2f} ms  ({what})  other processes {sl.foreign_cores:.2f} cores")
         out[kind] = sl
-
-    def better(x: Slice, y: Slice) -> bool:
-        if spec.load == "c1":
-            return percentile(sorted(x.latencies_ms), 50) < percentile(sorted(y.latencies_ms), 50)
-        return len(x.latencies_ms) / x.seconds > len(y.latencies_ms) / y.seconds
-
-    best = None
-    for sl in out.values():
-        if best is None or better(sl, best):
-            best = sl
-    assert best is not None
-    out["floor"] = best
     return out
+
+
+def best_floor(spec: CellSpec, kinds: dict[str, list[Slice]]) -> list[Slice]:
+    """A round's "floor" of a cell: the slices of its fastest floor kind over all of the round's
+    turns (c1: the lowest p50; same: the most requests/s)."""
+
+    def score(slices: list[Slice]) -> float:
+        if spec.load == "c1":
+            return percentile(sorted(x for sl in slices for x in sl.latencies_ms), 50)
+        return -sum(len(sl.latencies_ms) for sl in slices) / sum(sl.seconds for sl in slices)
+
+    return min(kinds.values(), key=score)
 
 
 def first_answers(url: str, bodies: list[bytes]) -> list[dict]:
@@ -825,14 +847,14 @@ def machine() -> str:
 
 
 def measure(name: str, url: str, pid: int, others: tuple[int, ...], spec: CellSpec, bodies: list[bytes],
-            args: argparse.Namespace, round_no: int) -> tuple[Slice, int]:
+            args: argparse.Namespace, round_no: int, turn: Turn) -> tuple[Slice, int]:
     """One slice of one cell on one server, measured again while other processes are busy."""
-    per_round = args.duration / args.rounds
     conc = 1 if spec.load == "c1" else args.concurrency
     retried = 0
     for attempt in range(args.retries + 1):
-        args.budget.wait((pid, *others), args.max_foreign, args.quiet_wait)
-        sl = asyncio.run(_closed_loop(url, bodies, conc, args.warmup, per_round, pid, others,
+        if turn.wait_quiet or attempt:
+            args.budget.wait((pid, *others), args.max_foreign, args.quiet_wait)
+        sl = asyncio.run(_closed_loop(url, bodies, conc, turn.warmup_s, turn.seconds, pid, others,
                                       min_requests=args.min_requests * conc))
         lat = sorted(sl.latencies_ms)
         cpu = sl.server_cpu_s * 1000.0 / len(lat) if lat else float("nan")
@@ -841,12 +863,38 @@ def measure(name: str, url: str, pid: int, others: tuple[int, ...], spec: CellSp
             f"other processes {sl.foreign_cores:.2f} cores")
         if sl.foreign_cores <= args.max_foreign:
             break
-        if attempt < args.retries and args.budget.retry(args.warmup + per_round):
+        if attempt < args.retries and args.budget.retry(turn.warmup_s + turn.seconds):
             log(f"    other processes used {sl.foreign_cores:.2f} cores (> {args.max_foreign}); measuring again")
             retried += 1
         else:
             break
     return sl, retried
+
+
+def measure_cell(index: int, spec: CellSpec, bodies: list[bytes], servers: dict[str, tuple[str, int]],
+                 floors: tuple[FloorProcess, FloorProcess, FloorProcess] | None, args: argparse.Namespace,
+                 round_no: int, raw: dict[tuple[str, CellSpec], list[Slice]],
+                 retried: dict[tuple[str, CellSpec], int]) -> None:
+    """One cell in one round: each turn measures both servers (which goes first alternating from
+    turn to turn and cell to cell, ABBA), then the cell's floors."""
+    names = list(servers)
+    kinds: dict[str, list[Slice]] = {}
+    for t, turn in enumerate(turns_of(spec, args)):
+        order = names if (index + round_no + t) % 2 else names[::-1]
+        for name in order:
+            url, pid = servers[name]
+            others = tuple(p for n, (_, p) in servers.items() if n != name)
+            sl, n = measure(name, url, pid, others, spec, bodies, args, round_no, turn)
+            raw.setdefault((name, spec), []).append(sl)
+            retried[(name, spec)] = retried.get((name, spec), 0) + n
+        if floors is not None and spec.load in ("c1", "same"):
+            pids = tuple(p for _, p in servers.values())
+            for kind, sl in measure_floor(floors, pids, spec, bodies, args, round_no, turn).items():
+                kinds.setdefault(kind, []).append(sl)
+    for kind, slices in kinds.items():
+        raw.setdefault((kind, spec), []).extend(slices)
+    if kinds:
+        raw.setdefault(("floor", spec), []).extend(best_floor(spec, kinds))
 
 
 def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args: list[str],
@@ -876,22 +924,11 @@ def run_round(round_no: int, args: argparse.Namespace, checkpoint: str, ref_args
             results["sanity"] = (f"reference answers == laya-serve answers on {len(check)} requests (per state size "
                                  "and question count, the first body and two mixed question sets), checked in "
                                  "every round before timing")
-        names = list(servers)
         if "ref" in wanted and ("c1" in args.loads or "same" in args.loads):
             floors = (FloorProcess(checkpoint), FloorProcess(checkpoint), FloorProcess(checkpoint, "laya-serve"))
         for index, spec in enumerate(plan(args)):
-            bodies = workload[(spec.tokens, spec.questions, spec.load)]
-            order = names if (index + round_no) % 2 else names[::-1]
-            for name in order:
-                url, pid = servers[name]
-                others = tuple(p for n, (_, p) in servers.items() if n != name)
-                sl, n = measure(name, url, pid, others, spec, bodies, args, round_no)
-                raw.setdefault((name, spec), []).append(sl)
-                retried[(name, spec)] = retried.get((name, spec), 0) + n
-            if floors is not None and spec.load in ("c1", "same"):
-                pids = tuple(p for _, p in servers.values())
-                for kind, sl in measure_floor(floors, pids, spec, bodies, args, round_no).items():
-                    raw.setdefault((kind, spec), []).append(sl)
+            measure_cell(index, spec, workload[(spec.tokens, spec.questions, spec.load)], servers, floors, args,
+                         round_no, raw, retried)
         for name, (_, pid) in servers.items():
             status = proc_status(pid)
             prev = results["rss_kib"].get(name)
@@ -913,8 +950,10 @@ def print_report(results: dict[str, Any]) -> None:
     print(f"command: {results['command']}")
     print(f"reference server args: {' '.join(results['reference_args'])}; LAYA_THREADS reference "
           f"{results['threads']['reference']}, laya-serve {results['threads']['laya-serve']}")
-    print(f"{results['rounds']} round(s), {results['duration_s']:g} s measured per cell and server in all, "
-          f"{results['warmup_s']:g} s warm-up per slice; states: tokens of the checkpoint's tokenizer "
+    turns = results.get("turns", 1)
+    print(f"{results['rounds']} round(s), {results['duration_s']:g} s measured per cell and server in all"
+          + (f" (a c1 cell's in {turns} turns of both servers and the floors)" if turns > 1 else "")
+          + f", {results['warmup_s']:g} s warm-up per slice; states: tokens of the checkpoint's tokenizer "
           f"(laya's window cuts each (state, question) row at {WINDOW_TOKENS})\n")
     by = {(c["server"], c["label"]): c for c in results["cells"]}
     labels = list(dict.fromkeys(c["label"] for c in results["cells"]))
@@ -1008,6 +1047,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-requests", type=int, default=4, help="a slice goes on (up to 4x its length) until this "
                    "many requests per client were answered in it (default 4)")
     p.add_argument("--rounds", type=int, default=2, help="fresh starts of both servers (default 2)")
+    p.add_argument("--turns", type=int, default=1, help="cut each c1 cell's slice into this many turns, each "
+                   "measuring both servers and the floors in turn (default 1)")
     p.add_argument("--concurrency", type=int, default=16, help="clients in the same and mixed loads (default 16)")
     p.add_argument("--mixed-sets", type=int, default=8, help="distinct question sets in the mixed load (default 8)")
     p.add_argument("--max-concurrent", type=int, default=32,
@@ -1051,7 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "machine": machine(), "versions": versions(),
         "command": " ".join([Path(PY).name, *sys.argv]), "checkpoint": checkpoint,
-        "duration_s": args.duration, "rounds": args.rounds, "warmup_s": args.warmup,
+        "duration_s": args.duration, "rounds": args.rounds, "turns": args.turns, "warmup_s": args.warmup,
         "concurrency": args.concurrency, "mixed_sets": args.mixed_sets, "max_foreign_cores": args.max_foreign,
         "reference_args": ref_args,
         "threads": {"reference": args.ref_threads or "unset", "laya-serve": args.laya_threads or "unset"},
