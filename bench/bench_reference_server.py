@@ -32,10 +32,11 @@ Interleaving, for a shared box: each round starts both servers (fresh processes)
 their answers are equal, then measures every cell on both, alternating which goes first from
 cell to cell (ABBA) so that drift in the box's speed falls on both alike; the idle one uses no
 CPU meanwhile. ``--rounds`` rounds; a cell pools its rounds' raw latencies, and its CPU per
-request is the median of the rounds'. With ``--turns N``, each c1 cell's slice is cut into N
-turns, each measuring both servers and then the floors for a 1/N share (the later turns warmed
-up for 0.5 s, with no wait for quiet before them): the host's speed drifts from minute to minute
-here, and a server measured a minute after its floor can land in another minute's speed. Before each slice the script waits (up to
+request is the median of the rounds'. With ``--turns N`` (5 by default), each c1 cell's slice
+is cut into N turns, each measuring both servers and then the floors for a 1/N share (the later
+turns warmed up for 0.5 s, with no wait for quiet before them): the host's speed drifts from
+minute to minute here, and a server measured a minute after its floor can land in another
+minute's speed. Before each slice the script waits (up to
 ``--quiet-wait`` s) until processes other than the two servers and itself use at most
 ``--max-foreign`` cores, and measures a slice again (up to ``--retries`` times) when they used
 more; the worst remaining value is shown per cell.
@@ -1047,8 +1048,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-requests", type=int, default=4, help="a slice goes on (up to 4x its length) until this "
                    "many requests per client were answered in it (default 4)")
     p.add_argument("--rounds", type=int, default=2, help="fresh starts of both servers (default 2)")
-    p.add_argument("--turns", type=int, default=1, help="cut each c1 cell's slice into this many turns, each "
-                   "measuring both servers and the floors in turn (default 1)")
+    p.add_argument("--turns", type=int, default=5, help="cut each c1 cell's slice into this many turns, each "
+                   "measuring both servers and the floors in turn (default 5; 1: each measured once, a minute apart)")
     p.add_argument("--concurrency", type=int, default=16, help="clients in the same and mixed loads (default 16)")
     p.add_argument("--mixed-sets", type=int, default=8, help="distinct question sets in the mixed load (default 8)")
     p.add_argument("--max-concurrent", type=int, default=32,
