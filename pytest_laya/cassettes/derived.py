@@ -367,9 +367,7 @@ def _pack(path: Path) -> dict[bytes, bytes]:
     or if it is damaged or another kit's (noted, for the next pack written to remove)."""
     try:
         blob = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError:
+    except OSError:  # gone (merged away), or unreadable here: a miss, not noted
         return {}
     head = len(_PACK_MAGIC) + _CHECK_BYTES
     payload = blob[head:]
