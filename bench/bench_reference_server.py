@@ -31,8 +31,8 @@ when it completes inside the slice.
 Interleaving, for a shared box: each round starts both servers (fresh processes), checks that
 their answers are equal, then measures every cell on both, alternating which goes first from
 cell to cell (ABBA) so that drift in the box's speed falls on both alike; the idle one uses no
-CPU meanwhile. ``--rounds`` rounds; a cell pools its rounds' raw latencies, and its CPU per
-request is the median of the rounds'. With ``--turns N`` (5 by default), each c1 cell's slice
+CPU meanwhile. ``--rounds`` rounds; a cell pools its slices' raw latencies, and its CPU per
+request is the median of its slices' (one a round, or one a turn). With ``--turns N`` (5 by default), each c1 cell's slice
 is cut into N turns, each measuring both servers and then the floors for a 1/N share (the later
 turns warmed up for 0.5 s, with no wait for quiet before them): the host's speed drifts from
 minute to minute here, and a server measured a minute after its floor can land in another
@@ -1072,8 +1072,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
-    if args.rounds < 1 or args.concurrency < 1 or args.mixed_sets < 2 or not args.sizes or not args.questions:
-        p.error("--rounds and --concurrency must be at least 1, --mixed-sets at least 2, sizes and questions given")
+    if args.rounds < 1 or args.turns < 1 or args.concurrency < 1 or args.mixed_sets < 2 or not args.sizes \
+            or not args.questions:
+        p.error("--rounds, --turns and --concurrency must be at least 1, --mixed-sets at least 2, sizes and "
+                "questions given")
     args.budget = QuietBudget(args.quiet_budget)
 
     checkpoint = subprocess.check_output([PY, "-m", "pytest_laya_reference", "--show-checkpoint"], text=True,
