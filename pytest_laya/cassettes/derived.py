@@ -175,15 +175,9 @@ def get(kind: str, *parts: bytes) -> Any:
         return None
     except OSError:
         return None
-    head = len(_MAGIC) + _CHECK_BYTES
-    if not blob.startswith(_MAGIC) or len(blob) < head:
-        return None
-    payload = blob[head:]
-    if hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() != blob[len(_MAGIC):head]:
-        return None
     try:
-        return marshal.loads(payload)
-    except (ValueError, EOFError, TypeError):
+        return _unsealed(_MAGIC, blob)
+    except ValueError:
         return None
 
 
@@ -193,16 +187,35 @@ def put(kind: str, value: Any, *parts: bytes) -> None:
     if path is None:
         return
     try:
-        payload = marshal.dumps(value)
+        blob = _sealed(_MAGIC, value)
     except ValueError:  # a type marshal cannot hold (a date in a cassette's metadata): not kept
         return
-    blob = _MAGIC + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
     try:
         if not (path in _missing and _created(path, blob)):
             _replaced(path, blob)
     except OSError:  # a read-only or full disk: the run goes on without the cache
         return
     _missing.discard(path)
+
+
+def _sealed(magic: bytes, value: Any) -> bytes:
+    """`value` marshalled behind `magic` and its checksum (ValueError: a type marshal cannot hold)."""
+    payload = marshal.dumps(value)
+    return magic + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
+
+
+def _unsealed(magic: bytes, blob: bytes) -> Any:
+    """The value `_sealed(magic, ...)` gave `blob`; ValueError if it is not one (cut off, damaged,
+    another format)."""
+    head = len(magic) + _CHECK_BYTES
+    payload = blob[head:]
+    if not blob.startswith(magic) or len(blob) < head \
+            or hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() != blob[len(magic):head]:
+        raise ValueError("not a sealed value")
+    try:
+        return marshal.loads(payload)
+    except (EOFError, TypeError) as error:
+        raise ValueError("not a sealed value") from error
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -369,17 +382,12 @@ def _pack(path: Path) -> dict[bytes, bytes]:
         blob = path.read_bytes()
     except OSError:  # gone (merged away), or unreadable here: a miss, not noted
         return {}
-    head = len(_PACK_MAGIC) + _CHECK_BYTES
-    payload = blob[head:]
     try:
-        if not blob.startswith(_PACK_MAGIC) \
-                or hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() != blob[len(_PACK_MAGIC):head]:
-            raise ValueError("damaged")
-        code, entries = marshal.loads(payload)
+        code, entries = _unsealed(_PACK_MAGIC, blob)
         if code != _code() or not isinstance(entries, dict) \
                 or not all(isinstance(k, bytes) and isinstance(v, bytes) for k, v in entries.items()):
             raise ValueError("another kit's")
-    except (ValueError, EOFError, TypeError):
+    except (ValueError, TypeError):  # damaged, or not a (code, entries) pair
         _unreadable.add(path)
         return {}
     return entries
@@ -411,8 +419,7 @@ def _write_pack() -> None:
             everything.pop(key, None)
             everything[key] = blob
         entries = dict(list(everything.items())[-_PACKED_MAX:])
-    payload = marshal.dumps((_code(), entries))
-    blob = _PACK_MAGIC + hashlib.blake2b(payload, digest_size=_CHECK_BYTES).digest() + payload
+    blob = _sealed(_PACK_MAGIC, (_code(), entries))  # bytes only: marshal holds them
     name = folder / f"{time.time_ns():020d}-{os.getpid()}{_PACK}"
     try:
         _replaced(name, blob)
